@@ -1,0 +1,317 @@
+"""Timing harness: warm-up, device sync, interleaved repeats, median/IQR/min, a noise warning.
+
+Times are seconds per call. Compare variants with `compare` (interleaved A B A B ...) and state results as
+ratios from the same run (`speedup`): separate runs on a shared machine can disagree by more than 1.5x.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+NOISE_THRESHOLD = 0.15  # relative IQR (IQR / median) above which a measurement is called noisy
+TARGET_REPEAT_S = 0.010  # auto-picked `number` makes one repeat last at least this long (seconds)
+MAX_NUMBER = 1_000_000  # upper bound on auto-picked calls per repeat
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+
+
+class NoisyMeasurementWarning(UserWarning):
+    """The spread of a measurement (IQR / median) is large: treat its numbers with care."""
+
+
+def _format_time(seconds: float) -> tuple[float, str]:
+    """Pick a readable unit for a duration in seconds: (value, unit)."""
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
+        if abs(seconds) >= scale:
+            return seconds / scale, unit
+    return seconds / 1e-9, "ns"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Timings of one function: `times_s` holds seconds per call, one value per repeat."""
+
+    label: str
+    times_s: tuple[float, ...]
+    number: int = 1  # calls per repeat
+    device: str = "cpu"
+
+    def __post_init__(self):
+        times = tuple(float(t) for t in self.times_s)
+        if not times:
+            raise ValueError("times_s must hold at least one timing (seconds per call)")
+        if any(not math.isfinite(t) or t < 0 for t in times):
+            raise ValueError(f"times_s must be finite and >= 0 seconds; got {times}")
+        if not isinstance(self.number, int) or self.number < 1:
+            raise ValueError(f"number must be a positive integer (calls per repeat); got {self.number!r}")
+        object.__setattr__(self, "times_s", times)
+
+    @property
+    def repeats(self) -> int:
+        """How many repeats were timed."""
+        return len(self.times_s)
+
+    @property
+    def median_s(self) -> float:
+        """Median seconds per call."""
+        return statistics.median(self.times_s)
+
+    @property
+    def q1_s(self) -> float:
+        """First quartile, seconds per call (linear interpolation, as numpy's default)."""
+        return _quantile(self.times_s, 0.25)
+
+    @property
+    def q3_s(self) -> float:
+        """Third quartile, seconds per call."""
+        return _quantile(self.times_s, 0.75)
+
+    @property
+    def iqr_s(self) -> float:
+        """Interquartile range (q3 - q1), seconds."""
+        return self.q3_s - self.q1_s
+
+    @property
+    def min_s(self) -> float:
+        """Fastest repeat, seconds per call."""
+        return min(self.times_s)
+
+    @property
+    def median_ms(self) -> float:
+        """Median milliseconds per call."""
+        return self.median_s * 1e3
+
+    @property
+    def iqr_ms(self) -> float:
+        """Interquartile range, milliseconds."""
+        return self.iqr_s * 1e3
+
+    @property
+    def min_ms(self) -> float:
+        """Fastest repeat, milliseconds per call."""
+        return self.min_s * 1e3
+
+    @property
+    def relative_iqr(self) -> float:
+        """IQR / median (0 = perfectly steady); inf when the median is 0."""
+        median = self.median_s
+        return self.iqr_s / median if median > 0 else (0.0 if self.iqr_s == 0 else math.inf)
+
+    @property
+    def is_noisy(self) -> bool:
+        """True when relative_iqr > NOISE_THRESHOLD."""
+        return self.relative_iqr > NOISE_THRESHOLD
+
+    def __str__(self) -> str:
+        value, unit = _format_time(self.median_s) if self.median_s > 0 else (0.0, "ms")
+        scale = value / self.median_s if self.median_s > 0 else 1e3
+        digits = max(0, 2 - math.floor(math.log10(value))) if value > 0 else 2  # 3 significant digits
+        name = f"{self.label}: " if self.label else ""
+        return (
+            f"{name}{value:.{digits}f} {unit} median (IQR {self.iqr_s * scale:.{digits}f} {unit}, "
+            f"min {self.min_s * scale:.{digits}f} {unit}, {self.repeats}x{self.number} calls)"
+        )
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    """Quantile with linear interpolation between order statistics (numpy's default method)."""
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def resolve_device(device="auto") -> str:
+    """'auto' -> 'cuda' if available, else 'mps' if available, else 'cpu'; checks an explicit choice."""
+    import torch
+
+    name = str(device).strip().lower()
+    base = name.split(":")[0]
+    if base not in DEVICES or (":" in name and base != "cuda"):
+        choices = ", ".join(map(repr, DEVICES))
+        raise ValueError(f"device must be one of {choices} (or 'cuda:N'); got {device!r}")
+    mps_ok = bool(getattr(torch.backends, "mps", None)) and torch.backends.mps.is_available()
+    if base == "auto":
+        return "cuda" if torch.cuda.is_available() else "mps" if mps_ok else "cpu"
+    if base == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} requested but torch.cuda.is_available() is False here")
+    if base == "mps" and not mps_ok:
+        raise ValueError(f"device={device!r} requested but Apple MPS is not available on this machine")
+    return name
+
+
+def sync(device="cpu") -> None:
+    """Wait until queued work on `device` has finished (CUDA/MPS run asynchronously; CPU: no-op)."""
+    name = str(device).lower()
+    if name.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+    elif name.startswith("mps"):
+        import torch
+
+        torch.mps.synchronize()
+
+
+@contextlib.contextmanager
+def threads(n: int) -> Iterator[int]:
+    """Run the block with `n` threads for torch and BLAS (numpy), restoring the previous settings after."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive integer number of threads; got {n!r}")
+    import torch
+
+    previous = torch.get_num_threads()
+    with contextlib.ExitStack() as stack:
+        try:
+            from threadpoolctl import threadpool_limits
+
+            stack.enter_context(threadpool_limits(limits=n, user_api="blas"))
+        except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
+            pass
+        torch.set_num_threads(n)
+        try:
+            yield n
+        finally:
+            torch.set_num_threads(previous)
+
+
+def _check_common(warmup: int, repeats: int, number: int | None, clock) -> None:
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an integer >= 0; got {warmup!r}")
+    if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < 1):
+        raise ValueError(f"number must be None (auto) or an integer >= 1; got {number!r}")
+    if not callable(clock):
+        raise ValueError(f"clock must be callable returning seconds, e.g. time.perf_counter; got {clock!r}")
+
+
+def _run(fn: Callable[[], object], number: int, device: str, clock) -> float:
+    """Seconds taken by `number` calls of fn, synchronised at the end."""
+    sync(device)
+    start = clock()
+    for _ in range(number):
+        fn()
+    sync(device)
+    return clock() - start
+
+
+def _pick_number(fn, device, clock, warmup_times: list[float]) -> int:
+    """Calls per repeat so that one repeat lasts >= TARGET_REPEAT_S, from the fastest warm-up call."""
+    per_call = min(warmup_times) if warmup_times else _run(fn, 1, device, clock)
+    calls = 1
+    while per_call <= 0 and calls < MAX_NUMBER:  # below the clock's resolution: time batches of calls
+        calls *= 10
+        per_call = _run(fn, calls, device, clock) / calls
+    if per_call <= 0:
+        return MAX_NUMBER
+    return max(1, min(MAX_NUMBER, math.ceil(TARGET_REPEAT_S / per_call)))
+
+
+def _warn_if_noisy(m: Measurement, stacklevel: int) -> None:
+    if m.is_noisy:
+        warnings.warn(
+            f"{m.label or 'measurement'} is noisy: IQR is {m.relative_iqr:.0%} of the median "
+            f"(threshold {NOISE_THRESHOLD:.0%}). Other programs may be competing for the machine; "
+            "compare variants only within one interleaved run, or raise `repeats`.",
+            NoisyMeasurementWarning,
+            stacklevel=stacklevel,
+        )
+
+
+def compare(
+    fns: Mapping[str, Callable[[], object]],
+    *,
+    device="cpu",
+    warmup: int = 3,
+    repeats: int = 15,
+    number: int | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, Measurement]:
+    """Time several zero-argument functions interleaved (A B A B ...): {label: Measurement}, seconds/call."""
+    return _measure(fns, device, warmup, repeats, number, clock, stacklevel=4)
+
+
+def _measure(fns, device, warmup, repeats, number, clock, stacklevel: int) -> dict[str, Measurement]:
+    if not isinstance(fns, Mapping) or not fns:
+        raise ValueError("fns must be a non-empty mapping {label: zero-argument callable}")
+    for label, fn in fns.items():
+        if not callable(fn):
+            raise ValueError(f"fns[{label!r}] must be callable with no arguments; got {type(fn).__name__}")
+    _check_common(warmup, repeats, number, clock)
+    device = resolve_device(device)
+
+    warm: dict[str, list[float]] = {label: [] for label in fns}
+    for _ in range(warmup):
+        for label, fn in fns.items():
+            warm[label].append(_run(fn, 1, device, clock))
+    numbers = {label: number or _pick_number(fn, device, clock, warm[label]) for label, fn in fns.items()}
+
+    times: dict[str, list[float]] = {label: [] for label in fns}
+    for _ in range(repeats):
+        for label, fn in fns.items():
+            times[label].append(_run(fn, numbers[label], device, clock) / numbers[label])
+
+    results = {
+        label: Measurement(str(label), tuple(times[label]), number=numbers[label], device=device)
+        for label in fns
+    }
+    for m in results.values():
+        _warn_if_noisy(m, stacklevel)
+    return results
+
+
+def time_fn(
+    fn: Callable[[], object],
+    *,
+    label: str = "",
+    device="cpu",
+    warmup: int = 3,
+    repeats: int = 15,
+    number: int | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Measurement:
+    """Time one zero-argument function: warm-up, then `repeats` x `number` calls -> Measurement (s/call)."""
+    if not callable(fn):
+        raise ValueError(f"fn must be a callable taking no arguments; got {type(fn).__name__}")
+    measured = _measure({label: fn}, device, warmup, repeats, number, clock, stacklevel=4)
+    return measured[label]
+
+
+def speedup(baseline: Measurement, candidate: Measurement) -> float:
+    """How many times faster candidate is than baseline: baseline.median_s / candidate.median_s."""
+    for name, m in (("baseline", baseline), ("candidate", candidate)):
+        if not isinstance(m, Measurement):
+            raise ValueError(f"{name} must be a Measurement; got {type(m).__name__}")
+    if candidate.median_s <= 0:
+        raise ValueError("candidate median must be > 0 seconds to form a ratio")
+    return baseline.median_s / candidate.median_s
+
+
+def plot_measurements(measurements, ax=None, *, unit: str = "ms"):
+    """Horizontal bars of the median per call with IQR whiskers and a min marker; returns the Figure."""
+    from hwopt import plots
+
+    items = list(measurements.values()) if isinstance(measurements, Mapping) else list(measurements)
+    if not items or not all(isinstance(m, Measurement) for m in items):
+        raise ValueError("measurements must be a non-empty sequence or mapping of Measurement objects")
+    scales = {"s": 1.0, "ms": 1e3, "us": 1e6}
+    if unit not in scales:
+        raise ValueError(f"unit must be one of {sorted(scales)}; got {unit!r}")
+    k = scales[unit]
+    ax = plots.axes(f"time per call ({unit}), median with IQR", "variant", ax=ax)
+    y = range(len(items))
+    medians = [m.median_s * k for m in items]
+    err = [[(m.median_s - m.q1_s) * k for m in items], [(m.q3_s - m.median_s) * k for m in items]]
+    ax.barh(y, medians, xerr=err, color=[plots.color(i) for i in y], alpha=0.8, capsize=4)
+    ax.plot([m.min_s * k for m in items], list(y), "k|", markersize=14, label="min")
+    ax.set_yticks(list(y), [m.label or f"#{i}" for i, m in enumerate(items)])
+    ax.invert_yaxis()
+    return plots.finish(ax)

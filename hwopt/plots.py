@@ -1,0 +1,80 @@
+"""The course's one plotting style: labelled axes with units, log scales, one palette, median+IQR bands."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+# Okabe-Ito: readable for colour-blind learners and in greyscale print.
+PALETTE: tuple[str, ...] = (
+    "#0072B2",  # blue
+    "#D55E00",  # vermillion
+    "#009E73",  # green
+    "#CC79A7",  # purple
+    "#E69F00",  # orange
+    "#56B4E9",  # sky blue
+    "#F0E442",  # yellow
+    "#000000",  # black
+)
+FIGSIZE: tuple[float, float] = (6.4, 4.0)
+
+
+def color(i: int) -> str:
+    """The i-th colour of the course palette (wraps around)."""
+    if isinstance(i, bool) or not isinstance(i, int | np.integer):
+        raise ValueError(f"i must be an integer index into the palette, got {i!r}")
+    return PALETTE[int(i) % len(PALETTE)]
+
+
+def axes(
+    xlabel: str,
+    ylabel: str,
+    *,
+    title: str | None = None,
+    logx: bool = False,
+    logy: bool = False,
+    ax=None,
+    figsize: tuple[float, float] = FIGSIZE,
+):
+    """Axes with unit-labelled x/y (e.g. "size (MB)"), optional log scales; new figure unless ax is given."""
+    for name, label in (("xlabel", xlabel), ("ylabel", ylabel)):
+        if not isinstance(label, str) or not label.strip():
+            raise ValueError(f"{name} must be a non-empty label with units, e.g. 'time (ms)'; got {label!r}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=figsize)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.grid(True, which="major", alpha=0.3)
+    return ax
+
+
+def band(ax, x: Sequence[float], median: Sequence[float], low: Sequence[float], high: Sequence[float], *,
+         label: str | None = None, color: str | None = None, marker: str = "o"):
+    """Plot a median line with a shaded low..high band (e.g. the IQR); returns the median's Line2D."""
+    x, median, low, high = (np.asarray(v, dtype=float) for v in (x, median, low, high))
+    if not (x.shape == median.shape == low.shape == high.shape) or x.ndim != 1:
+        raise ValueError(
+            f"x, median, low and high must be 1-D and the same length; got shapes "
+            f"{x.shape}, {median.shape}, {low.shape}, {high.shape}"
+        )
+    (line,) = ax.plot(x, median, marker=marker, label=label, color=color)
+    ax.fill_between(x, low, high, color=line.get_color(), alpha=0.25, linewidth=0)
+    return line
+
+
+def finish(ax, *, legend: bool = True):
+    """Tidy the figure (legend if any labels, tight layout) and return it, closed so Jupyter shows it once."""
+    fig = ax.figure
+    if legend and any(not h.startswith("_") for h in ax.get_legend_handles_labels()[1]):
+        ax.legend(frameon=False)
+    fig.tight_layout()
+    plt.close(fig)
+    return fig

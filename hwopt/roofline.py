@@ -1,0 +1,271 @@
+"""The roofline model: arithmetic intensity of common ops, attainable FLOP/s, ridge point, verdict, plot.
+
+Units: work in FLOP (a multiply-add counts 2), traffic in bytes, intensity in FLOP/byte, compute in FLOP/s,
+bandwidth in GB/s (1 GB = 1e9 bytes) wherever a name ends in `_gbs`. Traffic counts each operand moved to or
+from memory once (perfect caching), which is the lower bound the roofline assumes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def _positive(name: str, value, *, integer: bool = False) -> float:
+    """Check that `value` is a positive finite number (an int if `integer`); return it."""
+    ok_type = isinstance(value, int | np.integer) if integer else isinstance(value, int | float | np.number)
+    if isinstance(value, bool) or not ok_type or not math.isfinite(value) or value <= 0:
+        kind = "a positive integer" if integer else "a positive finite number"
+        raise ValueError(f"{name} must be {kind}; got {value!r}")
+    return value
+
+
+# --- work and traffic per op: (FLOP, bytes) ----------------------------------------------------------------
+
+
+def flops_bytes_elementwise(
+    n_elements: int,
+    *,
+    n_inputs: int = 2,
+    n_outputs: int = 1,
+    flops_per_element: float = 1.0,
+    bytes_per_element: float = 4.0,
+) -> tuple[float, float]:
+    """(FLOP, bytes) of an elementwise op: n*flops_per_element, n*(inputs + outputs)*bytes_per_element."""
+    _positive("n_elements", n_elements, integer=True)
+    _positive("n_inputs", n_inputs, integer=True)
+    _positive("n_outputs", n_outputs, integer=True)
+    _positive("flops_per_element", flops_per_element)
+    _positive("bytes_per_element", bytes_per_element)
+    return n_elements * flops_per_element, n_elements * (n_inputs + n_outputs) * bytes_per_element
+
+
+def flops_bytes_gemv(
+    rows: int,
+    cols: int,
+    *,
+    bytes_per_weight: float = 4.0,
+    batch_size: int = 1,
+    bytes_per_activation: float = 4.0,
+) -> tuple[float, float]:
+    """(FLOP, bytes) of y = W x with W (rows, cols), x (cols, batch_size).
+
+    FLOP = 2*rows*cols*batch_size;
+    bytes = rows*cols*bytes_per_weight + batch_size*(cols + rows)*bytes_per_activation.
+    bytes_per_weight: 4 fp32, 2 fp16/bf16, 1 int8, 0.5 int4 (quantization scales not counted).
+    """
+    _positive("rows", rows, integer=True)
+    _positive("cols", cols, integer=True)
+    _positive("bytes_per_weight", bytes_per_weight)
+    _positive("batch_size", batch_size, integer=True)
+    _positive("bytes_per_activation", bytes_per_activation)
+    flops = 2.0 * rows * cols * batch_size
+    return flops, rows * cols * bytes_per_weight + batch_size * (cols + rows) * bytes_per_activation
+
+
+def flops_bytes_gemm(m: int, n: int, k: int, *, bytes_per_element: float = 4.0) -> tuple[float, float]:
+    """(FLOP, bytes) of C (m, n) = A (m, k) @ B (k, n): 2mnk FLOP, (mk + kn + mn)*bytes_per_element bytes."""
+    for name, v in (("m", m), ("n", n), ("k", k)):
+        _positive(name, v, integer=True)
+    _positive("bytes_per_element", bytes_per_element)
+    return 2.0 * m * n * k, (m * k + k * n + m * n) * bytes_per_element
+
+
+def flops_bytes_attention_decode(
+    seq_len: int,
+    head_dim: int,
+    n_heads: int,
+    *,
+    bytes_per_element: float = 2.0,
+    n_kv_heads: int | None = None,
+) -> tuple[float, float]:
+    """(FLOP, bytes) of attention for ONE new token reading a KV cache of seq_len positions.
+
+    FLOP = 4*seq_len*head_dim*n_heads (q.K^T and p.V; softmax ignored);
+    bytes = (2*seq_len*n_kv_heads + 2*n_heads)*head_dim*bytes_per_element (K and V caches, plus q and output).
+    n_kv_heads (grouped-query attention) defaults to n_heads.
+    """
+    _positive("seq_len", seq_len, integer=True)
+    _positive("head_dim", head_dim, integer=True)
+    _positive("n_heads", n_heads, integer=True)
+    _positive("bytes_per_element", bytes_per_element)
+    kv_heads = n_heads if n_kv_heads is None else _positive("n_kv_heads", n_kv_heads, integer=True)
+    flops = 4.0 * seq_len * head_dim * n_heads
+    return flops, (2.0 * seq_len * kv_heads + 2.0 * n_heads) * head_dim * bytes_per_element
+
+
+# --- arithmetic intensity (FLOP/byte) ----------------------------------------------------------------------
+
+
+def intensity_elementwise(
+    *, n_inputs: int = 2, n_outputs: int = 1, flops_per_element: float = 1.0, bytes_per_element: float = 4.0
+) -> float:
+    """FLOP/byte of an elementwise op = flops_per_element / ((n_inputs + n_outputs) * bytes_per_element)."""
+    flops, nbytes = flops_bytes_elementwise(
+        1,
+        n_inputs=n_inputs,
+        n_outputs=n_outputs,
+        flops_per_element=flops_per_element,
+        bytes_per_element=bytes_per_element,
+    )
+    return flops / nbytes
+
+
+def intensity_gemv(
+    rows: int,
+    cols: int,
+    bytes_per_weight: float = 4.0,
+    *,
+    batch_size: int = 1,
+    bytes_per_activation: float = 4.0,
+) -> float:
+    """FLOP/byte of a decode matrix-vector product; ~ 2*batch_size / bytes_per_weight for large W."""
+    flops, nbytes = flops_bytes_gemv(
+        rows,
+        cols,
+        bytes_per_weight=bytes_per_weight,
+        batch_size=batch_size,
+        bytes_per_activation=bytes_per_activation,
+    )
+    return flops / nbytes
+
+
+def intensity_gemm(m: int, n: int, k: int, bytes_per_element: float = 4.0) -> float:
+    """FLOP/byte of C = A @ B: 2mnk / ((mk + kn + mn) * bytes_per_element); 2n/(3*bpe) when square."""
+    flops, nbytes = flops_bytes_gemm(m, n, k, bytes_per_element=bytes_per_element)
+    return flops / nbytes
+
+
+def intensity_attention_decode(
+    seq_len: int,
+    head_dim: int,
+    n_heads: int,
+    bytes_per_element: float = 2.0,
+    *,
+    n_kv_heads: int | None = None,
+) -> float:
+    """FLOP/byte of one attention decode step: ~ (2/bytes_per_element) * n_heads/n_kv_heads (~1 in fp16)."""
+    flops, nbytes = flops_bytes_attention_decode(
+        seq_len, head_dim, n_heads, bytes_per_element=bytes_per_element, n_kv_heads=n_kv_heads
+    )
+    return flops / nbytes
+
+
+# --- the roofline ------------------------------------------------------------------------------------------
+
+
+def ridge_point(peak_flops: float, bandwidth_gbs: float) -> float:
+    """Intensity (FLOP/byte) where the roof turns flat: peak_flops / (bandwidth_gbs * 1e9)."""
+    _positive("peak_flops", peak_flops)
+    _positive("bandwidth_gbs", bandwidth_gbs)
+    return peak_flops / (bandwidth_gbs * 1e9)
+
+
+def attainable_flops(intensity, peak_flops: float, bandwidth_gbs: float):
+    """Roofline FLOP/s = min(peak_flops, intensity * bandwidth_gbs * 1e9); intensity may be an array."""
+    _positive("peak_flops", peak_flops)
+    _positive("bandwidth_gbs", bandwidth_gbs)
+    arr = np.asarray(intensity, dtype=float)
+    if arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ValueError(f"intensity must be positive finite FLOP/byte (scalar or array); got {intensity!r}")
+    result = np.minimum(peak_flops, arr * bandwidth_gbs * 1e9)
+    return float(result) if result.ndim == 0 else result
+
+
+def bound(intensity: float, peak_flops: float, bandwidth_gbs: float) -> str:
+    """'memory' if intensity < ridge point (the roof is the bandwidth slope), else 'compute'."""
+    ridge = ridge_point(peak_flops, bandwidth_gbs)
+    _positive("intensity", intensity)
+    return "memory" if intensity < ridge else "compute"
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """One roof: peak FLOP/s and memory bandwidth (GB/s); measured=True draws it dashed."""
+
+    label: str
+    peak_flops: float
+    bandwidth_gbs: float
+    measured: bool = False
+
+    def __post_init__(self):
+        _positive("peak_flops", self.peak_flops)
+        _positive("bandwidth_gbs", self.bandwidth_gbs)
+
+    @property
+    def ridge_point(self) -> float:
+        """FLOP/byte where this roof turns flat."""
+        return ridge_point(self.peak_flops, self.bandwidth_gbs)
+
+
+@dataclass(frozen=True)
+class KernelPoint:
+    """A measured kernel: its intensity (FLOP/byte) and achieved FLOP/s."""
+
+    label: str
+    intensity: float
+    achieved_flops: float
+
+    def __post_init__(self):
+        _positive("intensity", self.intensity)
+        _positive("achieved_flops", self.achieved_flops)
+
+
+def _as(kind, items, name: str) -> list:
+    if isinstance(items, kind) or (isinstance(items, tuple) and items and isinstance(items[0], str)):
+        items = [items]  # a single roof or point
+    out = []
+    for item in items:
+        if isinstance(item, kind):
+            out.append(item)
+        elif isinstance(item, tuple | list) and len(item) in (3, 4):
+            out.append(kind(*item))
+        else:
+            raise ValueError(f"{name} must hold {kind.__name__} objects or tuples; got {item!r}")
+    return out
+
+
+def plot_roofline(ceilings: Iterable, points: Iterable = (), ax=None, *, title: str | None = None):
+    """Log-log roofline: each Ceiling (label, peak_flops, bandwidth_gbs[, measured]) and each KernelPoint
+    (label, intensity, achieved_flops); tuples work too. Returns the Figure."""
+    from hwopt import plots
+
+    roofs = _as(Ceiling, ceilings, "ceilings")
+    if not roofs:
+        raise ValueError("ceilings must hold at least one Ceiling (label, peak_flops, bandwidth_gbs)")
+    dots = _as(KernelPoint, points, "points") if points else []
+    xs = [c.ridge_point for c in roofs] + [p.intensity for p in dots]
+    x = np.logspace(math.log10(min(xs)) - 1.5, math.log10(max(xs)) + 1.5, 200)
+    ax = plots.axes(
+        "arithmetic intensity (FLOP/byte)", "attainable (GFLOP/s)", title=title, logx=True, logy=True, ax=ax
+    )
+    for i, c in enumerate(roofs):
+        kind = "measured" if c.measured else "spec"
+        ax.plot(
+            x,
+            attainable_flops(x, c.peak_flops, c.bandwidth_gbs) / 1e9,
+            color=plots.color(i),
+            linestyle="--" if c.measured else "-",
+            label=f"{c.label} ({kind}: {c.bandwidth_gbs:.3g} GB/s, {c.peak_flops / 1e9:.3g} GFLOP/s)",
+        )
+        ax.plot([c.ridge_point], [c.peak_flops / 1e9], "o", color=plots.color(i), markersize=4)
+    for j, p in enumerate(dots):
+        ax.plot(
+            [p.intensity],
+            [p.achieved_flops / 1e9],
+            "X",
+            color=plots.color(len(roofs) + j),
+            markersize=9,
+            label=p.label,
+        )
+        ax.annotate(
+            p.label,
+            (p.intensity, p.achieved_flops / 1e9),
+            textcoords="offset points",
+            xytext=(6, -12),
+            fontsize=8,
+        )
+    return plots.finish(ax)

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: env lab test lint unit notebooks clean
+.PHONY: env lab test lint unit notebooks clean browser-deps colab-overlay
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,7 +18,17 @@ env: $(STAMP)          ## create the environment if missing
 lab: env               ## open the course in JupyterLab on 127.0.0.1
 	jupyter lab --ip=127.0.0.1 --allow-root --notebook-dir=.
 
-test: env              ## lint, then every test (unit, notebooks, grading, browser)
+# Browser test: Debian's Chromium, installed once when missing (Playwright drives it; it downloads nothing).
+browser-deps:          ## install /usr/bin/chromium via apt when missing
+	@test -x /usr/bin/chromium || ! command -v apt-get >/dev/null || { \
+	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
+
+# Colab compatibility test: Colab's widget versions in a folder prepended to PYTHONPATH (pins in hwopt/colab.py).
+colab-overlay: env     ## Colab's ipywidgets 7.7.1 stack in .venv-colab-overlay/
+	$(PY) -m hwopt.colab overlay .venv-colab-overlay
+
+test: env browser-deps colab-overlay  ## lint, then every test (unit, notebooks, grading, browser)
 	ruff check .
 	$(PY) -m pytest
 
@@ -32,4 +42,4 @@ notebooks: env         ## execute every lesson notebook under nbval
 	$(PY) -m pytest notebooks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-colab-overlay .pytest_cache .ruff_cache

@@ -1,0 +1,170 @@
+"""Colab: every student notebook starts with the current setup cell, the README lists them with badges."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from hwopt import colab
+
+ROOT = colab.ROOT
+SYNCED = colab.lesson_paths() + colab.source_paths()
+STUDENT_FACING = SYNCED + colab.release_paths()
+
+
+@pytest.mark.parametrize("relative_path", STUDENT_FACING, ids=str)
+def test_every_student_notebook_starts_with_the_current_setup_cell(relative_path):
+    first = nbformat.read(ROOT / relative_path, as_version=4).cells[0]
+    assert first.cell_type == "code" and colab.SETUP_TAG in first.metadata.get("tags", []), (
+        f"{relative_path}: the first cell should be the code cell tagged {colab.SETUP_TAG!r}; "
+        "run `python -m hwopt.colab sync`"
+    )
+    hint = "run `python -m hwopt.colab sync`"
+    if "release" in relative_path.parts:
+        hint += ", then regenerate release/ with `make release`"
+    assert first.source == colab.setup_cell_source(relative_path), f"{relative_path}: stale; {hint}"
+
+
+def test_readme_lists_every_student_notebook_with_a_colab_badge():
+    readme = (ROOT / "README.md").read_text()
+    assert colab.synced_readme(readme, colab.readme_block()) == readme, (
+        "README's notebook list is out of date: run `python -m hwopt.colab sync`"
+    )
+    for notebook in colab.student_notebooks():
+        assert f"]({notebook.path.as_posix()})" in readme, f"README should link {notebook.path}"
+        assert f"]({notebook.colab_url})" in readme, f"README should have a Colab badge for {notebook.path}"
+
+
+def test_badges_and_setup_cells_use_the_one_repository_url():
+    readme = (ROOT / "README.md").read_text()
+    github = colab.REPO_URL.removeprefix("https://github.com/")
+    for link in (part.split(")")[0] for part in readme.split("(https://colab.research.google.com/github/")[1:]):
+        assert link.startswith(f"{github}/blob/{colab.BRANCH}/"), f"badge points elsewhere: {link}"
+    assert colab.REPO_URL in colab.setup_cell_source("notebooks/x.ipynb")
+    # The address is written once in the code: hwopt/colab.py; everything else is generated from it.
+    for path in [*ROOT.glob("hwopt/*.py"), *ROOT.glob("tests/*.py"), ROOT / "Makefile"]:
+        if path.name != "colab.py":
+            assert colab.REPO_URL not in path.read_text(), f"{path.name} repeats the repository URL"
+
+
+def run_setup_cell(tmp_path, on_colab):
+    """Exec the setup cell in a fresh interpreter; report what it changed and which commands it ran."""
+    script = f"""
+import json, os, subprocess, sys, types
+calls, chdirs = [], []
+def fake_run(cmd, **kwargs):
+    calls.append(list(cmd))
+    return subprocess.CompletedProcess(cmd, 0)
+subprocess.run = fake_run
+real_chdir, os.chdir = os.chdir, lambda path: chdirs.append(str(path))
+if {on_colab}:
+    sys.modules["google.colab"] = types.ModuleType("google.colab")
+before = (os.getcwd(), list(sys.path))
+exec(compile({colab.setup_cell_source("notebooks/03_batching.ipynb")!r}, "setup-cell", "exec"), {{}})
+print(json.dumps({{"calls": calls, "chdirs": chdirs, "sys_path_changed": list(sys.path) != before[1],
+                  "cwd_changed": os.getcwd() != before[0], "files": os.listdir(".")}}))
+"""
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_setup_cell_does_nothing_outside_colab(tmp_path):
+    report = run_setup_cell(tmp_path, on_colab=False)
+    assert report == {"calls": [], "chdirs": [], "sys_path_changed": False, "cwd_changed": False, "files": []}
+
+
+def test_setup_cell_on_colab_clones_installs_the_toolkit_and_keeps_colabs_torch_and_widgets(tmp_path):
+    report = run_setup_cell(tmp_path, on_colab=True)
+    clone, *pips = report["calls"]
+    assert clone[:2] == ["git", "clone"] and colab.REPO_URL in clone
+    installed = [arg for cmd in pips for arg in cmd[cmd.index("install") + 1:] if not arg.startswith("-")]
+    names = {arg.split("==")[0].lower() for arg in installed}
+    touched = names & set(colab.COLAB_KEEPS)
+    assert not touched, f"the setup cell must not install {touched}"
+    assert set(colab.COLAB_MISSING) <= names
+    toolkit = next(cmd for cmd in pips if "-e" in cmd)
+    assert "--no-deps" in toolkit, "the toolkit's own install must not resolve (and replace) Colab's torch"
+    assert report["sys_path_changed"] and report["chdirs"] == [f"{colab.COLAB_CLONE_DIR}/notebooks"]
+
+
+def test_setup_cell_pins_what_colab_lacks_to_the_course_pins():
+    source = colab.setup_cell_source("notebooks/x.ipynb")
+    for pin in colab.colab_pins():
+        assert f'"{pin}"' in source and "==" in pin
+
+
+def test_source_notebooks_run_where_their_release_runs():
+    assert colab.working_folder("source/batching/batching.ipynb") == "release/batching"
+    assert colab.working_folder("release/batching/batching.ipynb") == "release/batching"
+    assert colab.working_folder("notebooks/01_chips.ipynb") == "notebooks"
+    same = colab.setup_cell_source("source/a/a.ipynb") == colab.setup_cell_source("release/a/a.ipynb")
+    assert same, "nbgrader copies the setup cell into release/: both must be identical"
+
+
+def test_colab_url_rejects_non_notebook_paths():
+    url = colab.colab_url("notebooks/01_chips.ipynb")
+    assert url.endswith(f"/blob/{colab.BRANCH}/notebooks/01_chips.ipynb")
+    for bad in ("/abs/01.ipynb", "README.md"):
+        with pytest.raises(ValueError, match="relative_path"):
+            colab.colab_url(bad)
+
+
+def make_tree(root: Path):
+    """A tiny course tree: pyproject pins, a README with markers, a lesson, a source assignment."""
+    (root / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    markers = f"{colab.README_START}\nold list\n{colab.README_END}"
+    (root / "README.md").write_text(f"# Course\n\n{markers}\n\nmore\n")
+    for rel, title in (("notebooks/01_intro.ipynb", "Intro"), ("source/ps1/ps1.ipynb", "Problem set 1")):
+        path = root / rel
+        path.parent.mkdir(parents=True)
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"# {title}\nText."),
+                                             nbformat.v4.new_code_cell("x = 1")])
+        nbformat.write(nb, path)
+
+
+def test_sync_puts_the_setup_cell_first_and_writes_the_readme_list(tmp_path):
+    make_tree(tmp_path)
+    stale = colab.sync(tmp_path, check=True)
+    assert set(map(str, stale)) == {"notebooks/01_intro.ipynb", "source/ps1/ps1.ipynb", "README.md"}
+    assert colab.sync(tmp_path) == stale
+    assert colab.sync(tmp_path, check=True) == [], "a second sync has nothing left to do"
+    nb = nbformat.read(tmp_path / "notebooks/01_intro.ipynb", as_version=4)
+    assert [c.cell_type for c in nb.cells] == ["code", "markdown", "code"]
+    assert nb.cells[0].source == colab.setup_cell_source("notebooks/01_intro.ipynb", tmp_path)
+    readme = (tmp_path / "README.md").read_text()
+    assert "[Intro](notebooks/01_intro.ipynb)" in readme and "old list" not in readme
+    assert readme.endswith(f"{colab.README_END}\n\nmore\n")
+
+
+def test_sync_moves_a_stale_tagged_cell_first_and_clears_its_outputs(tmp_path):
+    make_tree(tmp_path)
+    path = tmp_path / "notebooks/01_intro.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    stale = nbformat.v4.new_code_cell("# Colab setup: does nothing outside Google Colab.\nimport sys",
+                                      metadata={"tags": [colab.SETUP_TAG]}, execution_count=3)
+    nb.cells.insert(1, stale)
+    nbformat.write(nb, path)
+    colab.sync(tmp_path)
+    cells = nbformat.read(path, as_version=4).cells
+    assert len(cells) == 3 and cells[0].id == stale.id and cells[0].execution_count is None
+    assert colab.setup_cell_is_current(path, tmp_path)
+
+
+def test_sync_check_exits_1_when_out_of_date_and_readme_needs_markers(tmp_path, capsys):
+    make_tree(tmp_path)
+    assert colab.main(["sync", "--check", "--root", str(tmp_path)]) == 1
+    assert "out of date: README.md" in capsys.readouterr().out
+    assert colab.main(["sync", "--root", str(tmp_path)]) == 0
+    assert colab.main(["sync", "--check", "--root", str(tmp_path)]) == 0
+    with pytest.raises(ValueError, match="README"):
+        colab.synced_readme("no markers here", "block")
+
+
+def test_colab_pins_name_the_missing_pin(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project.optional-dependencies]\ncourse = ["onnx==1.0"]\n')
+    with pytest.raises(ValueError, match="onnxruntime"):
+        colab.colab_pins(tmp_path)

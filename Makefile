@@ -43,3 +43,11 @@ notebooks: env         ## execute every lesson notebook under nbval
 
 clean:
 	rm -rf $(VENV) .venv-colab-overlay .pytest_cache .ruff_cache
+
+.PHONY: bench bench-quick
+bench bench-quick: OUT ?= benchmarks/out
+bench: env             ## the performance report into $(OUT) (OUT=benchmarks/reference regenerates the reference)
+	$(PY) -m benchmarks --out $(OUT) $(ARGS)
+
+bench-quick: env       ## the same report in smoke mode (< 3 minutes)
+	$(PY) -m benchmarks --quick --out $(OUT) $(ARGS)

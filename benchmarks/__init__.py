@@ -1,0 +1,1 @@
+"""The course's performance report: the toolkit and lessons measured against this machine's limits."""

@@ -1,0 +1,162 @@
+"""Section 1 and the bandwidth scaling curve: the toolkit's probes vs C STREAM, BLAS sgemm, the FMA peak."""
+
+from __future__ import annotations
+
+import glob
+import os
+import statistics
+from pathlib import Path
+
+from benchmarks import native, report
+from hwopt import bench
+
+MB = 1e6
+
+
+def cache_sizes_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict[str, int]:
+    """Data/unified cache bytes per level, summed over instances (e.g. {'L1': 65536, ...}); {} if unknown."""
+    sizes: dict[str, int] = {}
+    n_cpus = os.cpu_count() or 1
+    for index in sorted(glob.glob(f"{root}/index*")):
+        try:
+            level = Path(index, "level").read_text().strip()
+            kind = Path(index, "type").read_text().strip()
+            size = Path(index, "size").read_text().strip()
+            shared = Path(index, "shared_cpu_list").read_text().strip()
+        except OSError:
+            continue
+        if kind == "Instruction":
+            continue
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        value = int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+        sharing = _count_cpus(shared)
+        sizes[f"L{level}"] = value * max(1, n_cpus // max(1, sharing))
+    return sizes
+
+
+def _count_cpus(cpu_list: str) -> int:
+    """Number of CPUs in a Linux cpu list like '0-1,4'."""
+    count = 0
+    for part in cpu_list.split(","):
+        lo, _, hi = part.partition("-")
+        count += int(hi) - int(lo) + 1 if hi else 1
+    return count
+
+
+def stream_array_bytes(quick: bool, caches: dict[str, int]) -> float:
+    """Bytes per STREAM array: 8x the last-level cache (4x in quick mode), at least 128 MB."""
+    llc = max(caches.values()) if caches else 32 * 2**20
+    return max(128 * MB, (4 if quick else 8) * llc)
+
+
+def _rates(bytes_moved: float, times_s) -> list[float]:
+    return [bytes_moved / t / 1e9 for t in times_s if t > 0]
+
+
+def measure(build_dir: Path, *, quick: bool, threads: int, progress=None) -> tuple[dict, list[dict]]:
+    """Section 1 rows and notes (probes vs references, interleaved rounds), and its statistics series."""
+    from hwopt import probe
+
+    rounds = 3 if quick else 7
+    caches = cache_sizes_bytes()
+    notes: list[str] = []
+    rows: list[dict] = []
+    exes = {}
+    for name in ("stream", "fma_peak"):
+        try:
+            exes[name] = native.compile_kernel(name, build_dir)
+        except native.NativeUnavailable as exc:
+            notes.append(f"C reference `{name}` not available: {exc}")
+    n = native.stream_elements_for(stream_array_bytes(quick, caches))
+    gemm_n = 2048 if quick else 4096
+    notes.append(
+        f"{threads} threads for every kernel (the probe's torch thread count); STREAM arrays: 3 x "
+        f"{n * 8 / MB:,.0f} MB doubles (last-level cache {max(caches.values()) / MB:,.0f} MB); sgemm "
+        f"{gemm_n}x{gemm_n} float32; {rounds} interleaved rounds (reference, probe, reference, probe, ...)."
+        if caches else f"{threads} threads; {rounds} interleaved rounds.")
+
+    copy_s, triad_s, fma_rates, probe_bw, probe_fl = [], [], [], [], []
+    blas: dict[str, list[float]] = {"numpy sgemm": [], "torch sgemm": []}
+    a_np, b_np, a_t, b_t = _gemm_inputs(gemm_n)
+    fns = {"numpy sgemm": lambda: a_np @ b_np, "torch sgemm": lambda: a_t @ b_t}
+    with bench.threads(threads):
+        for r in range(rounds):
+            if "stream" in exes:
+                out = native.run_stream(exes["stream"], n, 4, threads=threads)
+                copy_s += _rates(out["copy_bytes"], out["copy_s"])
+                triad_s += _rates(out["triad_bytes"], out["triad_s"])
+            probe_bw.append(probe.memory_bandwidth_gbs(device="cpu"))
+            res = bench.compare(fns, warmup=1 if r == 0 else 0, repeats=2, number=1)
+            for label, m in res.items():
+                blas[label] += [2.0 * gemm_n**3 / t / 1e9 for t in m.times_s]
+            probe_fl.append(probe.matmul_flops("float32", device="cpu") / 1e9)
+            if "fma_peak" in exes:
+                out = native.run_fma_peak(exes["fma_peak"], 30_000_000 if quick else 60_000_000, 3,
+                                          threads=threads)
+                fma_rates += [out["flop"] / t / 1e9 for t in out["times_s"]]
+            if progress:
+                progress.update(1)
+
+    bw = report.rate_stats("bandwidth probe", probe_bw, "GB/s")
+    if triad_s:
+        triad = report.rate_stats("STREAM Triad (C)", triad_s, "GB/s")
+        copy = report.rate_stats("STREAM Copy (C)", copy_s, "GB/s")
+        rows.append(report.fidelity_row("bandwidth probe / STREAM Triad", bw, triad, goal=0.90))
+        rows.append(report.fidelity_row("bandwidth probe / STREAM Copy", bw, copy,
+                                        note="for information: Copy is the easier kernel"))
+    else:
+        rows.append(report.unavailable_row("bandwidth probe / STREAM Triad", "no C compiler: " + notes[0],
+                                           goal=0.90, kind="fidelity"))
+    fl = report.rate_stats("FLOP/s probe", probe_fl, "GFLOP/s")
+    blas_stats = {k: report.rate_stats(k, v, "GFLOP/s") for k, v in blas.items()}
+    best_label = max(blas_stats, key=lambda k: blas_stats[k]["median"])
+    rows.append(report.fidelity_row(f"FLOP/s probe / best sgemm ({best_label})", fl, blas_stats[best_label],
+                                    goal=0.90))
+    other = next(k for k in blas_stats if k != best_label)
+    rows.append(report.fidelity_row(f"{other} / {best_label}", blas_stats[other], blas_stats[best_label],
+                                    note="for information"))
+    if fma_rates:
+        fma = report.rate_stats("FMA peak (C)", fma_rates, "GFLOP/s")
+        rows.append(report.fidelity_row("FLOP/s probe / FMA peak of the cores", fl, fma,
+                                        note="for information: what no GEMM reaches (loads, packing)"))
+        rows.append(report.fidelity_row(f"{best_label} / FMA peak of the cores", blas_stats[best_label], fma,
+                                        note="for information"))
+    stats = [bw, fl, *blas_stats.values()] + ([triad, copy] if triad_s else []) + ([fma] if fma_rates else [])
+    return {"rows": rows, "notes": notes}, stats
+
+
+def _gemm_inputs(n: int):
+    import numpy as np
+    import torch
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    return a, b, torch.from_numpy(a.copy()), torch.from_numpy(b.copy())
+
+
+def bandwidth_sweep(build_dir: Path, *, quick: bool, threads: int) -> tuple[list[dict], list[str]]:
+    """STREAM Copy/Triad GB/s for arrays from L1-sized to DRAM-sized (one point per size); notes."""
+    try:
+        exe = native.compile_kernel("stream", build_dir)
+    except native.NativeUnavailable as exc:
+        return [], [f"bandwidth vs size not measured: {exc}"]
+    step = 16 if quick else 4
+    sizes, size = [], 4 * 2**10
+    while size <= (512 if quick else 1024) * 2**20:
+        sizes.append(size)
+        size *= step
+    series = []
+    for size in sizes:
+        n = native.stream_elements_for(size)
+        inner = max(1, int(200 * MB // (24 * n)))  # each timed repeat moves >= ~200 MB
+        out = native.run_stream(exe, n, 3 if quick else 7, threads=threads, inner=inner)
+        triad = report.rate_stats("triad", _rates(out["triad_bytes"], out["triad_s"]), "GB/s")
+        copy = report.rate_stats("copy", _rates(out["copy_bytes"], out["copy_s"]), "GB/s")
+        series.append({
+            "source": "STREAM (C)", "bytes_per_array": n * 8, "working_set_bytes": 3 * n * 8,
+            "triad_gbs": triad["median"], "triad_q1": triad["q1"], "triad_q3": triad["q3"],
+            "copy_gbs": copy["median"], "copy_q1": copy["q1"], "copy_q3": copy["q3"],
+            "relative_iqr": statistics.median([triad["relative_iqr"], copy["relative_iqr"]]),
+        })
+    return series, []

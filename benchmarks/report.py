@@ -1,0 +1,338 @@
+"""The report's pure parts: statistics rows, verdicts vs goals, noise summary, JSON schema, Markdown."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from hwopt.bench import NOISE_THRESHOLD, Measurement, speedup
+
+SCHEMA_VERSION = 1
+NOTEBOOK_GOAL_S = 90.0  # headless execution of one lesson or assignment notebook on a 2-core CPU
+
+MEETS, BELOW, NO_GOAL, UNAVAILABLE = "meets goal", "below goal", "no goal", "not available"
+VERDICTS = (MEETS, BELOW, NO_GOAL, UNAVAILABLE)
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    """Quantile q in [0, 1] with linear interpolation (numpy's default, as hwopt.bench uses)."""
+    return float(np.percentile(np.asarray(values, dtype=float), 100 * q))
+
+
+def verdict(ratio: float | None, goal: float | None) -> str:
+    """'meets goal' when ratio >= goal, 'below goal' otherwise; 'no goal' / 'not available' when missing."""
+    if ratio is None or (isinstance(ratio, float) and not math.isfinite(ratio)):
+        return UNAVAILABLE
+    if goal is None:
+        return NO_GOAL
+    if goal <= 0:
+        raise ValueError(f"goal must be a positive ratio or None, got {goal!r}")
+    return MEETS if ratio >= goal else BELOW
+
+
+def time_stats(m: Measurement) -> dict:
+    """Per-call time statistics of a Measurement, in ms: median, q1, q3, iqr, best (= min)."""
+    if not isinstance(m, Measurement):
+        raise ValueError(f"m must be a hwopt.bench.Measurement, got {type(m).__name__}")
+    return {
+        "label": m.label, "unit": "ms", "median": m.median_ms, "q1": m.q1_s * 1e3, "q3": m.q3_s * 1e3,
+        "iqr": m.iqr_ms, "best": m.min_ms, "relative_iqr": m.relative_iqr, "repeats": m.repeats,
+    }
+
+
+def rate_stats(label: str, values: Sequence[float], unit: str) -> dict:
+    """Statistics of a rate (e.g. GB/s, GFLOP/s), one value per repeat: median, q1, q3, iqr, best (= max)."""
+    values = [float(v) for v in values]
+    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
+        raise ValueError(f"values must be a non-empty sequence of positive rates, got {values!r}")
+    q1, q3, median = _quantile(values, 0.25), _quantile(values, 0.75), statistics.median(values)
+    return {
+        "label": label, "unit": unit, "median": median, "q1": q1, "q3": q3, "iqr": q3 - q1,
+        "best": max(values), "relative_iqr": (q3 - q1) / median, "repeats": len(values),
+    }
+
+
+def paired_ratios(baseline: Measurement, candidate: Measurement) -> list[float]:
+    """Per-repeat speedups baseline/candidate: repeats of compare() are interleaved, so pair them in order."""
+    if baseline.repeats != candidate.repeats:
+        raise ValueError(
+            f"baseline and candidate need the same repeats, got {baseline.repeats}, {candidate.repeats}")
+    return [b / c for b, c in zip(baseline.times_s, candidate.times_s, strict=True) if c > 0]
+
+
+def speedup_row(name: str, baseline: Measurement, candidate: Measurement, goal: float | None = None,
+                note: str = "") -> dict:
+    """A headline effect: how many times faster candidate is than baseline (median / median), vs goal."""
+    ratio = speedup(baseline, candidate)
+    pairs = paired_ratios(baseline, candidate)
+    return {
+        "name": name, "kind": "speedup", "goal": goal, "ratio": ratio, "verdict": verdict(ratio, goal),
+        "ratio_q1": _quantile(pairs, 0.25) if pairs else None,
+        "ratio_q3": _quantile(pairs, 0.75) if pairs else None,
+        "ratio_of_best": baseline.min_s / candidate.min_s if candidate.min_s > 0 else None,
+        "baseline": time_stats(baseline), "candidate": time_stats(candidate), "note": note,
+    }
+
+
+def fidelity_row(name: str, candidate: dict, reference: dict, goal: float | None = None,
+                 note: str = "") -> dict:
+    """How close a measured rate comes to a reference rate: candidate median / reference best, vs goal."""
+    for arg, stats in (("candidate", candidate), ("reference", reference)):
+        if not isinstance(stats, Mapping) or not {"median", "best", "unit"} <= set(stats):
+            raise ValueError(f"{arg} must be a rate_stats() dict, got {stats!r}")
+    if candidate["unit"] != reference["unit"]:
+        raise ValueError(f"units differ: candidate {candidate['unit']!r}, reference {reference['unit']!r}")
+    ratio = candidate["median"] / reference["best"]
+    return {
+        "name": name, "kind": "fidelity", "goal": goal, "ratio": ratio, "verdict": verdict(ratio, goal),
+        "ratio_q1": candidate["q1"] / reference["best"], "ratio_q3": candidate["q3"] / reference["best"],
+        "ratio_of_best": candidate["best"] / reference["best"],
+        "baseline": reference, "candidate": candidate, "note": note,
+    }
+
+
+def unavailable_row(name: str, reason: str, goal: float | None = None, kind: str = "speedup") -> dict:
+    """A row for a measurement that could not be taken here, with the reason."""
+    if not reason:
+        raise ValueError("reason must say why the measurement is not available")
+    return {
+        "name": name, "kind": kind, "goal": goal, "ratio": None, "verdict": UNAVAILABLE, "ratio_q1": None,
+        "ratio_q3": None, "ratio_of_best": None, "baseline": None, "candidate": None, "note": reason,
+    }
+
+
+def notebook_row(path: str, seconds: float | None, status: str, error: str = "",
+                 goal_s: float = NOTEBOOK_GOAL_S) -> dict:
+    """Headless execution cost of one notebook; verdict 'meets goal' when it ran ok within goal_s."""
+    if status not in ("ok", "error", "timeout", "skipped"):
+        raise ValueError(f"status must be 'ok', 'error', 'timeout' or 'skipped', got {status!r}")
+    if status == "ok" and (seconds is None or seconds < 0):
+        raise ValueError(f"seconds must be >= 0 for a notebook that ran, got {seconds!r}")
+    if status == "skipped":
+        result = UNAVAILABLE
+    elif status == "ok":
+        result = MEETS if seconds <= goal_s else BELOW
+    else:
+        result = BELOW
+    return {"path": path, "seconds": seconds, "status": status, "error": error, "goal_s": goal_s,
+            "verdict": result}
+
+
+def noise_summary(stats: Iterable[dict], warnings: Iterable[str] = ()) -> dict:
+    """Relative IQRs of every timed series (sorted, noisiest first), the noisy count, and warnings seen."""
+    rows = sorted(
+        ({"label": s["label"], "relative_iqr": s["relative_iqr"],
+          "noisy": s["relative_iqr"] > NOISE_THRESHOLD} for s in stats),
+        key=lambda r: -r["relative_iqr"])
+    rel = [r["relative_iqr"] for r in rows]
+    return {
+        "threshold": NOISE_THRESHOLD, "series": rows, "noisy": sum(r["noisy"] for r in rows),
+        "median_relative_iqr": statistics.median(rel) if rel else None, "warnings": sorted(set(warnings)),
+    }
+
+
+def row_stats(rows: Iterable[dict]) -> list[dict]:
+    """Every baseline/candidate statistics dict held by ratio rows (for the noise summary)."""
+    return [s for r in rows for s in (r.get("baseline"), r.get("candidate")) if s]
+
+
+# ---------------------------------------------------------------- JSON schema
+
+_NUM = {"type": ["number", "null"]}
+_STATS = {
+    "type": ["object", "null"],
+    "required": ["label", "unit", "median", "iqr", "best", "relative_iqr", "repeats"],
+    "properties": {"label": {"type": "string"}, "unit": {"type": "string"}, "median": {"type": "number"},
+                   "iqr": {"type": "number"}, "best": {"type": "number"}, "relative_iqr": {"type": "number"},
+                   "repeats": {"type": "integer", "minimum": 1}},
+}
+_ROW = {
+    "type": "object",
+    "required": ["name", "kind", "goal", "ratio", "verdict", "baseline", "candidate", "note"],
+    "properties": {"name": {"type": "string"}, "kind": {"enum": ["speedup", "fidelity"]}, "goal": _NUM,
+                   "ratio": _NUM, "ratio_q1": _NUM, "ratio_q3": _NUM, "ratio_of_best": _NUM,
+                   "verdict": {"enum": list(VERDICTS)}, "baseline": _STATS, "candidate": _STATS,
+                   "note": {"type": "string"}},
+}
+_SECTION = {"type": "object", "required": ["notes"], "properties": {"notes": {"type": "array",
+                                                                                "items": {"type": "string"}}}}
+_SERIES = {"type": "array", "items": {"type": "object"}}
+SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["schema_version", "mode", "started_utc", "duration_s", "command", "machine", "fidelity",
+                 "effects", "course_cost", "scaling", "noise", "plots"],
+    "properties": {
+        "schema_version": {"const": SCHEMA_VERSION},
+        "mode": {"enum": ["quick", "full"]},
+        "started_utc": {"type": "string"},
+        "duration_s": {"type": "number", "minimum": 0},
+        "command": {"type": "string"},
+        "machine": {"type": "object", "required": ["card"], "properties": {"card": {"type": "string"}}},
+        "fidelity": {**_SECTION, "required": ["rows", "notes"],
+                     "properties": {"rows": {"type": "array", "items": _ROW}}},
+        "effects": {**_SECTION, "required": ["rows", "notes"],
+                    "properties": {"rows": {"type": "array", "items": _ROW}}},
+        "course_cost": {**_SECTION, "required": ["notebooks", "grading", "notes"], "properties": {
+            "notebooks": {"type": "array", "items": {"type": "object", "required": [
+                "path", "seconds", "status", "goal_s", "verdict"]}},
+            "grading": {"type": "object"}}},
+        "scaling": {**_SECTION, "required": ["bandwidth", "gemv", "grading", "notes"], "properties": {
+            "bandwidth": _SERIES, "gemv": _SERIES, "grading": _SERIES}},
+        "noise": {"type": "object", "required": ["threshold", "series", "noisy", "warnings"]},
+        "plots": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}
+
+
+def validate(doc: dict) -> dict:
+    """Check a report document against SCHEMA (jsonschema.ValidationError if it does not fit); returns it."""
+    import jsonschema
+
+    jsonschema.validate(doc, SCHEMA)
+    return doc
+
+
+# ---------------------------------------------------------------- Markdown
+
+def _fmt(value, digits: int = 3) -> str:
+    """A number with `digits` significant digits ('-' for None)."""
+    if value is None:
+        return "-"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    magnitude = math.floor(math.log10(abs(value)))
+    decimals = max(0, digits - 1 - magnitude)
+    return f"{value:,.{decimals}f}"
+
+
+def _stats_cell(s: dict | None) -> str:
+    if not s:
+        return "-"
+    best = "min" if s["unit"] == "ms" else "best"
+    return (f"{_fmt(s['median'])} {s['unit']} (IQR {_fmt(s['iqr'], 2)}, {best} {_fmt(s['best'])}, "
+            f"n={s['repeats']})")
+
+
+def _goal_cell(goal) -> str:
+    return "-" if goal is None else f">= {_fmt(goal)}"
+
+
+def ratio_table(rows: Sequence[dict], *, baseline_header: str = "baseline",
+                candidate_header: str = "candidate") -> str:
+    """Markdown table of ratio rows: ratio (paired IQR), ratio of bests, goal, verdict, both sides' stats."""
+    lines = [
+        "| measurement | ratio (IQR) | ratio of best | goal | verdict | "
+        f"{candidate_header} | {baseline_header} |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r["ratio"] is None:
+            ratio = "-"
+        elif r.get("ratio_q1") is not None:
+            ratio = f"**{_fmt(r['ratio'])}** ({_fmt(r['ratio_q1'])}-{_fmt(r['ratio_q3'])})"
+        else:
+            ratio = f"**{_fmt(r['ratio'])}**"
+        lines.append(
+            f"| {r['name']} | {ratio} | {_fmt(r.get('ratio_of_best'))} | {_goal_cell(r['goal'])} | "
+            f"{r['verdict']} | {_stats_cell(r['candidate'])} | {_stats_cell(r['baseline'])} |")
+    notes = [f"- {r['name']}: {r['note']}" for r in rows if r.get("note")]
+    return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def notebook_table(rows: Sequence[dict]) -> str:
+    """Markdown table of notebook execution costs."""
+    lines = ["| notebook | seconds | status | goal | verdict |", "|---|---|---|---|---|"]
+    for r in rows:
+        status = r["status"] + (f": {r['error']}" if r.get("error") else "")
+        lines.append(f"| {r['path']} | {_fmt(r['seconds'])} | {status} | <= {_fmt(r['goal_s'])} s | "
+                     f"{r['verdict']} |")
+    return "\n".join(lines)
+
+
+def series_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
+    """Markdown table of a scaling series (list of dicts), selected columns in order."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for r in rows:
+        lines.append("| " + " | ".join(_fmt(r.get(c)) if not isinstance(r.get(c), str) else r[c]
+                                       for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def _notes(notes: Sequence[str]) -> str:
+    return "\n".join(f"- {n}" for n in notes) + ("\n\n" if notes else "")
+
+
+def _plot(doc: dict, key: str) -> str:
+    name = doc["plots"].get(key)
+    return f"![{key}]({name})\n\n" if name else ""
+
+
+def render_markdown(doc: dict) -> str:
+    """The whole report as Markdown, from a report document (see SCHEMA)."""
+    fid, eff, cost, scal, noise = (doc[k] for k in ("fidelity", "effects", "course_cost", "scaling", "noise"))
+    out = [
+        "# Performance report: the course measured against the machine's limits\n",
+        f"Generated by `{doc['command']}` ({doc['mode']} mode) on {doc['started_utc']}, "
+        f"in {_fmt(doc['duration_s'])} s. Regenerate it with the same command; never edit it by hand.\n",
+        "Ratios are medians of measurements taken in one run with interleaved repeats; the range in "
+        "brackets is the IQR of the per-repeat ratios; statistics cells show median (IQR, best, repeats).\n",
+        "## The machine\n", "```\n" + doc["machine"]["card"].rstrip() + "\n```\n",
+        "## 1. Probe fidelity: the toolkit's probes vs reference kernels\n",
+        ratio_table(fid["rows"], baseline_header="reference", candidate_header="toolkit probe"), "",
+        _notes(fid["notes"]) + _plot(doc, "fidelity"),
+        "## 2. The lessons' headline effects\n",
+        ratio_table(eff["rows"], baseline_header="baseline", candidate_header="optimized"), "",
+        _notes(eff["notes"]) + _plot(doc, "effects"),
+        "## 3. Course cost\n", "Headless execution (nbclient, cell timeout) of every lesson and assignment "
+        "source notebook:\n", notebook_table(cost["notebooks"]) if cost["notebooks"] else "(none run)", "",
+    ]
+    grading = cost["grading"]
+    if grading.get("available"):
+        out.append(f"Autograding a class of {grading['class_size']} sample students "
+                   f"({grading['notebooks']} submission notebooks): "
+                   f"**{_fmt(grading['s_per_notebook'])} s per submission-notebook**, "
+                   f"{_fmt(grading['total_s'])} s in all.\n")
+    else:
+        out.append(f"Autograding: not available ({grading.get('reason', 'no reason given')}).\n")
+    out.append(_notes(cost["notes"]) + _plot(doc, "notebooks"))
+    out += ["## 4. Scaling\n", "### Bandwidth vs array size (cache levels)\n", _plot(doc, "bandwidth")]
+    if scal["bandwidth"]:
+        out += [series_table(scal["bandwidth"], ["source", "bytes_per_array", "triad_gbs", "copy_gbs",
+                                                 "relative_iqr"]), ""]
+    out += ["### Decode GEMV vs matrix size\n", _plot(doc, "gemv")]
+    if scal["gemv"]:
+        out += [series_table(scal["gemv"], ["variant", "rows", "cols", "weight_mb", "median_ms", "gbs",
+                                            "relative_iqr"]), ""]
+    out += ["### Grading time vs class size\n", _plot(doc, "grading")]
+    if scal["grading"]:
+        out += [series_table(scal["grading"], ["class_size", "notebooks", "total_s", "s_per_notebook"]), ""]
+    out.append(_notes(scal["notes"]))
+    out += [
+        "## Noise\n",
+        f"{noise['noisy']} of {len(noise['series'])} timed series had a relative IQR above "
+        f"{noise['threshold']:.0%} (median relative IQR {_fmt(noise.get('median_relative_iqr'))}). "
+        "Noisiest:\n",
+        series_table(noise["series"][:8], ["label", "relative_iqr"]) if noise["series"] else "(none)", "",
+    ]
+    if noise["warnings"]:
+        out.append("Warnings seen during the run:\n\n" + "\n".join(f"- {w}" for w in noise["warnings"][:20]))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def write_report(doc: dict, out_dir: Path) -> tuple[Path, Path]:
+    """Validate doc and write report.json and report.md into out_dir; returns both paths."""
+    validate(doc)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out_dir / "report.json", out_dir / "report.md"
+    json_path.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+    md_path.write_text(render_markdown(doc))
+    return json_path, md_path

@@ -331,16 +331,16 @@ def simd_meaning(simd, arch: str = "x86_64") -> list[str]:
         out.append("SIMD features unknown: nothing to say about the CPU kernels.")
         return out
     if s & {"AMX-INT8", "AMX-BF16"}:
-        out.append("AMX: matrix tiles for int8 and bf16, about 8-16x the AVX-512 rate for matmul.")
+        out.append("AMX: matrix tiles for int8 and bf16 matmul, many times the AVX-512 rate.")
     if s & {"AVX-512 VNNI", "AVX-VNNI"}:
-        out.append("VNNI: int8 dot products in one instruction: int8 matmul ~2-4x fp32.")
+        out.append("VNNI: int8 dot products in one instruction: int8 matmul well above fp32.")
     else:
-        out.append("no VNNI: int8 matmul runs on plain AVX2 (about 2x fp32 at best; u8*s8 can saturate).")
+        out.append("no VNNI: int8 matmul runs on plain AVX2 (a modest gain; u8*s8 sums can saturate).")
     if s & {"AVX-512 BF16", "AMX-BF16"}:
         out.append("native bf16 matmul (AVX-512 BF16 / AMX).")
     if "AVX-512 FP16" in s:
         out.append("native fp16 arithmetic (AVX-512 FP16).")
     if not s & {"AVX-512 BF16", "AMX-BF16", "AVX-512 FP16"}:
-        out.append("no native bf16/fp16 matmul: half precision is emulated on this CPU (often ~100x slower)."
+        out.append("no native bf16/fp16 matmul: half precision is emulated here (far slower than fp32)."
                    + (" F16C only converts fp16<->fp32." if "F16C" in s else ""))
     return out

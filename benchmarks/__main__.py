@@ -15,16 +15,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("fidelity", "effects", "notebooks", "grading", "scaling")
 
 
-def machine_card() -> str:
-    """The toolkit's machine card (hwopt.card), or the hardware summary while the card is not there."""
+def machine_card() -> dict:
+    """The toolkit's machine card for the CPU (hwopt.card): {'card': text, 'details': dict}."""
     try:
         from hwopt import card
 
-        return card.machine_card()
-    except (ImportError, AttributeError):
+        c = card.machine_card(probe=False, device="cpu")
+        return {"card": c.render(), "details": c.to_dict()}
+    except (ImportError, AttributeError):  # the card is newer than the hardware summary
         from hwopt import hardware
 
-        return hardware.machine().summary()
+        info = hardware.machine()
+        return {"card": info.summary(), "details": info.to_dict()}
 
 
 def _log(msg: str) -> None:
@@ -45,7 +47,7 @@ def run(out_dir: Path, *, quick: bool, sections=SECTIONS, class_size: int | None
     doc = {
         "schema_version": report.SCHEMA_VERSION, "mode": "quick" if quick else "full",
         "started_utc": started.strftime("%Y-%m-%d %H:%M UTC"), "duration_s": 0.0, "command": command,
-        "machine": {"card": machine_card(), "threads": threads},
+        "machine": {**machine_card(), "threads": threads},
         "fidelity": {"rows": [], "notes": [skipped]}, "effects": {"rows": [], "notes": [skipped]},
         "course_cost": {"notebooks": [], "grading": {"available": False, "reason": skipped}, "notes": []},
         "scaling": {"bandwidth": [], "gemv": [], "grading": [], "notes": []},

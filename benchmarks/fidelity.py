@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import glob
 import os
-import statistics
 from pathlib import Path
 
 from benchmarks import native, report
@@ -57,7 +56,7 @@ def measure(build_dir: Path, *, quick: bool, threads: int, progress=None) -> tup
     """Section 1 rows and notes (probes vs references, interleaved rounds), and its statistics series."""
     from hwopt import probe
 
-    rounds = 3 if quick else 7
+    rounds = 3 if quick else 6
     caches = cache_sizes_bytes()
     notes: list[str] = []
     rows: list[dict] = []
@@ -89,7 +88,7 @@ def measure(build_dir: Path, *, quick: bool, threads: int, progress=None) -> tup
             res = bench.compare(fns, warmup=1 if r == 0 else 0, repeats=2, number=1)
             for label, m in res.items():
                 blas[label] += [2.0 * gemm_n**3 / t / 1e9 for t in m.times_s]
-            probe_fl.append(probe.matmul_flops("float32", device="cpu") / 1e9)
+            probe_fl.append(probe.matmul_flops("float32", device="cpu", quick=quick) / 1e9)
             if "fma_peak" in exes:
                 out = native.run_fma_peak(exes["fma_peak"], 30_000_000 if quick else 60_000_000, 3,
                                           threads=threads)
@@ -135,28 +134,48 @@ def _gemm_inputs(n: int):
     return a, b, torch.from_numpy(a.copy()), torch.from_numpy(b.copy())
 
 
+def _point(source: str, kernel: str, bytes_per_array: int, stats: dict) -> dict:
+    return {"source": source, "kernel": kernel, "bytes_per_array": bytes_per_array,
+            "working_set_bytes": 3 * bytes_per_array, "gbs": stats["median"], "q1": stats["q1"],
+            "q3": stats["q3"], "relative_iqr": stats["relative_iqr"]}
+
+
+def sweep_sizes(quick: bool) -> list[int]:
+    """Bytes per array for the bandwidth sweep: 4 KiB (L1) to 1 GiB (DRAM), x4 steps (x16 in quick mode)."""
+    step, size, top = (16, 4 * 2**10, 256 * 2**20) if quick else (4, 4 * 2**10, 2**30)
+    sizes = []
+    while size <= top:
+        sizes.append(size)
+        size *= step
+    return sizes
+
+
 def bandwidth_sweep(build_dir: Path, *, quick: bool, threads: int) -> tuple[list[dict], list[str]]:
-    """STREAM Copy/Triad GB/s for arrays from L1-sized to DRAM-sized (one point per size); notes."""
+    """GB/s vs bytes per array, from L1-sized to DRAM-sized: C STREAM Triad/Copy and the toolkit's probe."""
+    from hwopt import probe
+
+    notes, series = [], []
     try:
         exe = native.compile_kernel("stream", build_dir)
     except native.NativeUnavailable as exc:
-        return [], [f"bandwidth vs size not measured: {exc}"]
-    step = 16 if quick else 4
-    sizes, size = [], 4 * 2**10
-    while size <= (512 if quick else 1024) * 2**20:
-        sizes.append(size)
-        size *= step
-    series = []
-    for size in sizes:
-        n = native.stream_elements_for(size)
-        inner = max(1, int(200 * MB // (24 * n)))  # each timed repeat moves >= ~200 MB
-        out = native.run_stream(exe, n, 3 if quick else 7, threads=threads, inner=inner)
-        triad = report.rate_stats("triad", _rates(out["triad_bytes"], out["triad_s"]), "GB/s")
-        copy = report.rate_stats("copy", _rates(out["copy_bytes"], out["copy_s"]), "GB/s")
-        series.append({
-            "source": "STREAM (C)", "bytes_per_array": n * 8, "working_set_bytes": 3 * n * 8,
-            "triad_gbs": triad["median"], "triad_q1": triad["q1"], "triad_q3": triad["q3"],
-            "copy_gbs": copy["median"], "copy_q1": copy["q1"], "copy_q3": copy["q3"],
-            "relative_iqr": statistics.median([triad["relative_iqr"], copy["relative_iqr"]]),
-        })
-    return series, []
+        exe = None
+        notes.append(f"C STREAM curve not measured: {exc}")
+    trials = 3 if quick else 7
+    with bench.threads(threads):
+        for size in sweep_sizes(quick):
+            n = native.stream_elements_for(size)
+            if exe is not None:
+                inner = max(1, int(200 * MB // (24 * n)))  # each timed repeat moves >= ~200 MB
+                out = native.run_stream(exe, n, trials, threads=threads, inner=inner)
+                for kernel in ("triad", "copy"):
+                    rates = _rates(out[f"{kernel}_bytes"], out[f"{kernel}_s"])
+                    stats = report.rate_stats(kernel, rates, "GB/s")
+                    series.append(_point("STREAM (C)", kernel, n * 8, stats))
+            values = [probe.memory_bandwidth_gbs(device="cpu", size_mb=size / 2**20, repeats=5)
+                      for _ in range(trials)]
+            series.append(_point("toolkit probe (torch)", "triad", size,
+                                 report.rate_stats("probe", values, "GB/s")))
+    notes.append("toolkit probe points: each is the probe's own best-of-5 figure, median over "
+                 f"{trials} calls; the probe's default array size is "
+                 f"{probe.default_array_mb('cpu'):,.0f} MiB per array")
+    return series, notes

@@ -40,18 +40,21 @@ def ratio_chart(rows: list[dict], title: str):
 
 
 def bandwidth_chart(series: list[dict], caches: dict[str, int]):
-    """STREAM Triad and Copy GB/s vs working set (bytes, log), cache capacities marked; None if empty."""
+    """GB/s vs working set (MB, log) for each source and kernel, cache capacities marked; None if empty."""
     if not series:
         return None
     ax = plots.axes("working set of the 3 arrays (MB)", "bandwidth (GB/s)", logx=True,
                     title="Bandwidth vs array size")
-    x = [s["working_set_bytes"] / MB for s in series]
-    plots.band(ax, x, [s["triad_gbs"] for s in series], [s["triad_q1"] for s in series],
-               [s["triad_q3"] for s in series], label="STREAM Triad", color=plots.color(0))
-    plots.band(ax, x, [s["copy_gbs"] for s in series], [s["copy_q1"] for s in series],
-               [s["copy_q3"] for s in series], label="STREAM Copy", color=plots.color(1), marker="s")
+    curves = list(dict.fromkeys((s["source"], s["kernel"]) for s in series))
+    for i, (source, kernel) in enumerate(curves):
+        pts = sorted((s for s in series if (s["source"], s["kernel"]) == (source, kernel)),
+                     key=lambda s: s["working_set_bytes"])
+        plots.band(ax, [s["working_set_bytes"] / MB for s in pts], [s["gbs"] for s in pts],
+                   [s["q1"] for s in pts], [s["q3"] for s in pts], label=f"{source} {kernel}",
+                   color=plots.color(i), marker="os^v"[i % 4])
     for i, (level, size) in enumerate(sorted(caches.items())):
-        ax.axvline(size / MB, color=plots.color(3 + i), linestyle=":", label=f"{level} {size / 2**20:g} MiB")
+        shown = f"{size / 2**20:g} MiB" if size >= 2**20 else f"{size / 2**10:g} KiB"
+        ax.axvline(size / MB, color=plots.color(4 + i), linestyle=":", label=f"{level} {shown}")
     ax.set_ylim(bottom=0)
     return plots.finish(ax)
 

@@ -305,7 +305,7 @@ def render_markdown(doc: dict) -> str:
     out.append(_notes(cost["notes"]) + _plot(doc, "notebooks"))
     out += ["## 4. Scaling\n", "### Bandwidth vs array size (cache levels)\n", _plot(doc, "bandwidth")]
     if scal["bandwidth"]:
-        out += [series_table(scal["bandwidth"], ["source", "bytes_per_array", "triad_gbs", "copy_gbs",
+        out += [series_table(scal["bandwidth"], ["source", "kernel", "bytes_per_array", "gbs", "q1", "q3",
                                                  "relative_iqr"]), ""]
     out += ["### Decode GEMV vs matrix size\n", _plot(doc, "gemv")]
     if scal["gemv"]:

@@ -170,8 +170,8 @@ def test_write_report_writes_json_and_markdown(tmp_path):
 def test_plots_are_drawn_for_sections_with_data(tmp_path):
     doc = fake_doc()
     doc["scaling"]["bandwidth"] = [
-        {"working_set_bytes": w, "triad_gbs": g, "triad_q1": g - 1, "triad_q3": g + 1, "copy_gbs": g,
-         "copy_q1": g - 1, "copy_q3": g + 1} for w, g in ((1e5, 80.0), (1e9, 20.0))]
+        {"source": src, "kernel": "triad", "working_set_bytes": w, "gbs": g, "q1": g - 1, "q3": g + 1}
+        for src in ("STREAM (C)", "probe") for w, g in ((1e5, 80.0), (1e9, 20.0))]
     names = figures.save_all(doc, tmp_path, {"L3": 32 * 2**20})
     assert set(names) == {"fidelity", "effects", "notebooks", "bandwidth", "grading"}
     assert all((tmp_path / n).stat().st_size > 1000 for n in names.values())

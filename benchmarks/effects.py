@@ -20,14 +20,23 @@ class Unavailable(RuntimeError):
 
 
 @dataclass
+class Comparison:
+    """One report row: the fastest of `candidates` vs the fastest of `baselines` (labels of Setup.fns)."""
+
+    name: str
+    goal: float | None
+    baselines: list[str]
+    candidates: list[str]
+    note: str = ""
+
+
+@dataclass
 class Setup:
-    """Callables to time interleaved: the baseline and candidates (the best candidate is reported)."""
+    """Callables to time in one interleaved run, and the comparisons (report rows) drawn from it."""
 
     fns: dict[str, Callable[[], object]]
-    baseline: str
-    candidates: list[str]
+    comparisons: list[Comparison]
     items: dict[str, int] = field(default_factory=dict)  # items per call (per-item time = time / items)
-    note: str = ""
 
 
 def need(module: str, *names: str):
@@ -42,7 +51,34 @@ def need(module: str, *names: str):
     return mod
 
 
+def _llc_bytes() -> int:
+    from hwopt import probe
+
+    return probe.last_level_cache_bytes() or 32 * 2**20
+
+
 # ---------------------------------------------------------------- the effects
+
+DECODE = [("int8 decode GEMV / best fp32", 2.5), ("int4 decode GEMV / best fp32", 3.5)]
+BATCHING = [("best batched throughput / batch 1", 10.0)]
+ORT = [("ORT / torch eager at batch 1", None)]
+
+
+def setup_decode(quick: bool) -> Setup:
+    """Lesson 2: the decode step's int8 and int4 ONNX Runtime paths vs the best fp32 path (numpy, torch)."""
+    decode = need("decode", "make_stack", "layers_for_working_set", "decode_paths", "check_paths")
+    d_model = 4096
+    n_layers = decode.layers_for_working_set(d_model, 2 * _llc_bytes(), 0.5)  # int4 weights >= 2x the LLC
+    stack = decode.make_stack(d_model, n_layers)
+    paths = decode.decode_paths(stack, "cpu")
+    decode.check_paths(paths, stack)  # every path agrees with the fp32 oracle within the lesson's tolerance
+    fp32 = [k for k, p in paths.items() if p.precision == "fp32"]
+    by = {prec: [k for k, p in paths.items() if p.precision == prec] for prec in ("int8", "int4")}
+    note = (f"hwopt.decode: {n_layers} layers of {d_model}x{d_model}, {stack.weight_bytes(4) / 1e6:,.0f} MB "
+            f"fp32 weights; baseline = faster of {', '.join(fp32)}")
+    rows = [Comparison(name, goal, fp32, by[prec], note)
+            for (name, goal), prec in zip(DECODE, ("int8", "int4"), strict=True)]
+    return Setup({k: p.fn for k, p in paths.items()}, rows)
 
 
 def setup_batching(quick: bool) -> Setup:
@@ -53,7 +89,6 @@ def setup_batching(quick: bool) -> Setup:
     model = batching.make_mlp()
     width = next(m for m in model.modules() if isinstance(m, torch.nn.Linear)).in_features
     sizes = [1, 64, 256] if quick else [1, 32, 128, 256, 512]
-    sizes = [b for b in sizes if b == 1 or b in batching.BATCH_SIZES]
     fns, items = {}, {}
     for b in sizes:
         x = torch.randn(b, width)
@@ -63,12 +98,36 @@ def setup_batching(quick: bool) -> Setup:
                 return model(x)
 
         fns[f"batch {b}"], items[f"batch {b}"] = step, b
-    return Setup(fns, "batch 1", [f"batch {b}" for b in sizes if b > 1], items,
-                 note=f"hwopt.batching.make_mlp(), items/s; best of batch {', '.join(map(str, sizes[1:]))}")
+    note = f"hwopt.batching.make_mlp(), items/s; best of batch {', '.join(map(str, sizes[1:]))}"
+    (name, goal), = BATCHING
+    return Setup(fns, [Comparison(name, goal, ["batch 1"], [f"batch {b}" for b in sizes[1:]], note)], items)
 
 
-EFFECTS: list[tuple[str, float | None, Callable[[bool], Setup]]] = [
-    ("best batched throughput / batch 1", 10.0, setup_batching),
+def setup_ort(quick: bool) -> Setup:
+    """Lesson 5: the digits classifier at batch 1 in ONNX Runtime (all graph optimizations) vs torch eager."""
+    classifier = need("classifier", "make_mlp", "N_FEATURES")
+    ort = need("ort", "export_onnx", "make_session", "Predictor")
+    import torch
+
+    model = classifier.make_mlp().eval()
+    x = torch.randn(1, classifier.N_FEATURES)
+    predictor = ort.Predictor(ort.make_session(ort.export_onnx(model, (x,)), threads=torch.get_num_threads()))
+    x_np = x.numpy()
+
+    def eager():
+        with torch.inference_mode():
+            return model(x)
+
+    (name, goal), = ORT
+    note = "hwopt.classifier.make_mlp() exported with hwopt.ort.export_onnx, session opt_level 'all'"
+    return Setup({"torch eager": eager, "ORT": lambda: predictor(x_np)},
+                 [Comparison(name, goal, ["torch eager"], ["ORT"], note)])
+
+
+EFFECTS: list[tuple[Callable[[bool], Setup], list[tuple[str, float | None]]]] = [
+    (setup_decode, DECODE),
+    (setup_batching, BATCHING),
+    (setup_ort, ORT),
 ]
 
 
@@ -84,27 +143,33 @@ def per_item(m: bench.Measurement, items: int) -> bench.Measurement:
     return bench.Measurement(m.label, tuple(t / items for t in m.times_s), number=m.number, device=m.device)
 
 
-def run_setup(name: str, goal: float | None, setup: Setup, *, repeats: int) -> dict:
-    """Time a Setup interleaved and make its speedup row (best candidate vs baseline)."""
+def run_setup(setup: Setup, *, repeats: int) -> list[dict]:
+    """Time a Setup's callables interleaved; one speedup row per comparison (fastest vs fastest)."""
     res = bench.compare(setup.fns, repeats=repeats, warmup=2)
     res = {k: per_item(m, setup.items.get(k, 1)) for k, m in res.items()}
-    best = min(setup.candidates, key=lambda k: res[k].median_s)
-    note = setup.note + (f"; best: {best}" if len(setup.candidates) > 1 else "")
-    return report.speedup_row(name, res[setup.baseline], res[best], goal=goal, note=note)
+    rows = []
+    for c in setup.comparisons:
+        base = min(c.baselines, key=lambda k: res[k].median_s)
+        best = min(c.candidates, key=lambda k: res[k].median_s)
+        picked = [c.note] * bool(c.note) + [f"fastest baseline: {base}"] * (len(c.baselines) > 1)
+        note = "; ".join(picked + [f"best: {best}"] * (len(c.candidates) > 1))
+        rows.append(report.speedup_row(c.name, res[base], res[best], goal=c.goal, note=note))
+    return rows
 
 
 def measure(*, quick: bool, effects=None, progress=None) -> tuple[dict, list[str]]:
     """Section 2 rows (one per effect; 'not available' with the reason when the lesson code is missing)."""
     rows, notes = [], []
     repeats = 5 if quick else 15
-    for name, goal, build in effects or EFFECTS:
+    for build, declared in effects or EFFECTS:
         try:
-            rows.append(run_setup(name, goal, build(quick), repeats=repeats))
+            rows += run_setup(build(quick), repeats=repeats)
         except Unavailable as exc:
-            rows.append(report.unavailable_row(name, str(exc), goal=goal))
+            rows += [report.unavailable_row(name, str(exc), goal=goal) for name, goal in declared]
         except Exception as exc:  # a lesson module that breaks must not take the report down with it
             last = traceback.format_exception_only(exc)[-1].strip()
-            rows.append(report.unavailable_row(name, f"failed: {last[:200]}", goal=goal))
+            rows += [report.unavailable_row(name, f"failed: {last[:200]}", goal=goal)
+                     for name, goal in declared]
         if progress:
             progress.update(1)
     notes.append(f"{repeats} interleaved repeats per effect (hwopt.bench.compare); ratio = baseline median / "

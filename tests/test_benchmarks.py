@@ -193,7 +193,8 @@ def test_effects_become_rows_even_when_lesson_code_is_missing_or_broken(monkeypa
     monkeypatch.setattr(effects.bench, "compare", lambda fns, **kw: {k: m(k, fake_times[k]) for k in fns})
 
     def fine(quick):
-        return effects.Setup({"slow": lambda: None, "fast": lambda: None}, "slow", ["fast"])
+        return effects.Setup({"slow": lambda: None, "fast": lambda: None},
+                             [effects.Comparison("ok", 1.5, ["slow"], ["fast"])])
 
     def missing(quick):
         raise effects.Unavailable("hwopt.fusion is not in the toolkit")
@@ -201,8 +202,8 @@ def test_effects_become_rows_even_when_lesson_code_is_missing_or_broken(monkeypa
     def broken(quick):
         raise RuntimeError("kaputt")
 
-    section, _ = effects.measure(quick=True, effects=[("ok", 1.5, fine), ("missing", 2.0, missing),
-                                                      ("broken", None, broken)])
+    section, _ = effects.measure(quick=True, effects=[(fine, [("ok", 1.5)]), (missing, [("missing", 2.0)]),
+                                                      (broken, [("broken", None)])])
     ok, gone, bad = section["rows"]
     assert ok["ratio"] == pytest.approx(5.0) and ok["verdict"] == report.MEETS
     assert gone["verdict"] == report.UNAVAILABLE and "hwopt.fusion" in gone["note"]

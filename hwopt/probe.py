@@ -1,0 +1,290 @@
+"""Live ceilings of the learner's machine: memory bandwidth (GB/s) and peak matmul FLOP/s per dtype.
+
+Bandwidth is STREAM Triad done by torch, a = b + 3*c, counted as STREAM does (3 arrays read or written once,
+no write-allocate), on arrays far larger than the last-level cache. Matmul FLOP/s count 2*n^3 per n x n
+product and keep the best of the available libraries (torch, and numpy's BLAS on CPU) over a size sweep that
+stops at a time budget, so slow dtypes (fp16 on most CPUs) still finish in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hwopt import bench, roofline
+
+DTYPE_ALIASES = {
+    "float32": "float32", "fp32": "float32", "float": "float32",
+    "float64": "float64", "fp64": "float64", "double": "float64",
+    "float16": "float16", "fp16": "float16", "half": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "int8": "int8", "qint8": "int8",
+}  # fmt: skip
+BYTES_PER_ELEMENT = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1}
+DEFAULT_DTYPES = {
+    "cpu": ("float32", "bfloat16", "float16", "int8"),
+    "cuda": ("float32", "bfloat16", "float16", "int8"),
+    "mps": ("float32", "float16"),
+}
+MATMUL_BUDGET_S = {True: 3.0, False: 12.0}  # seconds per dtype for the size sweep: quick, full
+MATMUL_MIN_N = 128  # first size of the sweep
+WARMUP = 2  # warm-up calls per library and size; the fastest also sets the calls per repeat
+MATMUL_MAX_N = {
+    "cpu": {True: 2048, False: 4096},
+    "cuda": {True: 8192, False: 16384},
+    "mps": {True: 4096, False: 8192},
+}
+
+
+class UnsupportedDtype(ValueError):
+    """This dtype has no matmul path on this device."""
+
+
+def canonical_dtype(dtype) -> str:
+    """'fp32' / torch.float32 / 'float32' -> 'float32' (also float64, float16, bfloat16, int8)."""
+    name = str(dtype).removeprefix("torch.").lower()
+    if name not in DTYPE_ALIASES:
+        raise ValueError(
+            f"dtype must be one of {sorted(set(DTYPE_ALIASES.values()))} (or an alias); got {dtype!r}"
+        )
+    return DTYPE_ALIASES[name]
+
+
+def _device_kind(device) -> str:
+    return bench.resolve_device(device).split(":")[0]
+
+
+def _quiet_time(fn, *, device, warmup, repeats, clock) -> bench.Measurement:
+    """bench.time_fn without the noise warning: probes keep the best repeat, which noise does not inflate."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bench.NoisyMeasurementWarning)
+        return bench.time_fn(fn, device=device, warmup=warmup, repeats=repeats, clock=clock)
+
+
+def last_level_cache_bytes() -> int | None:
+    """Size of the largest CPU cache in bytes (Linux sysfs), or None when unknown."""
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text().strip().upper()
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * scale)
+    return max(sizes) if sizes else None
+
+
+def default_array_mb(device="cpu") -> float:
+    """Per-array size (MB) for the bandwidth probe: 4x the last-level cache, within 64..512 MB (GPU: 1 GB)."""
+    kind = _device_kind(device)
+    if kind == "cuda":
+        import torch
+
+        free, _ = torch.cuda.mem_get_info()
+        return float(min(1024, free / 8 / 2**20))
+    if kind == "mps":
+        return 512.0
+    llc = last_level_cache_bytes() or 32 * 2**20
+    return float(min(512, max(64, 4 * llc / 2**20)))
+
+
+def triad_bytes(n_elements: int, dtype="float32") -> int:
+    """Bytes STREAM counts for one Triad a = b + s*c: 3 arrays x n_elements x bytes per element."""
+    if isinstance(n_elements, bool) or not isinstance(n_elements, int) or n_elements < 1:
+        raise ValueError(f"n_elements must be a positive integer; got {n_elements!r}")
+    return 3 * n_elements * BYTES_PER_ELEMENT[canonical_dtype(dtype)]
+
+
+def memory_bandwidth_gbs(
+    device="cpu",
+    *,
+    size_mb: float | None = None,
+    repeats: int = 10,
+    dtype="float32",
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
+    """Best STREAM-Triad bandwidth in GB/s over `repeats`, with torch.add(b, c, alpha=3, out=a).
+
+    size_mb is per array (three arrays); default: 4x the last-level cache (CPU) or 1 GB (GPU).
+    """
+    import torch
+
+    device = bench.resolve_device(device)
+    dtype = canonical_dtype(dtype)
+    if dtype not in ("float32", "float64", "float16", "bfloat16"):
+        raise ValueError(f"dtype must be a floating-point type for the bandwidth probe; got {dtype!r}")
+    if size_mb is None:
+        size_mb = default_array_mb(device)
+    if (
+        isinstance(size_mb, bool)
+        or not isinstance(size_mb, int | float)
+        or not math.isfinite(size_mb)
+        or size_mb <= 0
+    ):
+        raise ValueError(f"size_mb must be a positive number of MB per array; got {size_mb!r}")
+    n = max(1, int(size_mb * 2**20) // BYTES_PER_ELEMENT[dtype])
+    tdtype = getattr(torch, dtype)
+    a = torch.zeros(n, dtype=tdtype, device=device)  # zeros/full touch every page before timing
+    b = torch.full((n,), 1.0, dtype=tdtype, device=device)
+    c = torch.full((n,), 2.0, dtype=tdtype, device=device)
+    m = _quiet_time(
+        lambda: torch.add(b, c, alpha=3, out=a), device=device, warmup=2, repeats=repeats, clock=clock
+    )
+    return triad_bytes(n, dtype) / m.min_s / 1e9
+
+
+def _matmul_fns(dtype: str, device: str, n: int) -> dict[str, Callable[[], object]]:
+    """Zero-argument functions that each multiply two n x n matrices of `dtype` on `device`, by library."""
+    import torch
+
+    kind = device.split(":")[0]
+    if dtype == "int8":
+        if kind == "cuda":
+            a = torch.randint(-64, 64, (n, n), dtype=torch.int8, device=device)
+            b = torch.randint(-64, 64, (n, n), dtype=torch.int8, device=device)
+            return {"torch._int_mm": lambda: torch._int_mm(a, b)}
+        if kind != "cpu":
+            raise UnsupportedDtype(f"dtype 'int8' has no matmul probe on device {device!r}")
+        with warnings.catch_warnings():  # torch.ao.quantization warns that it is deprecated
+            warnings.simplefilter("ignore")
+            from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+            layer = DynamicLinear(n, n, dtype=torch.qint8)
+            layer.set_weight_bias(
+                torch.quantize_per_tensor(torch.rand(n, n) - 0.5, 0.01, 0, torch.qint8), None
+            )
+        x = torch.rand(n, n)
+        return {"torch dynamic int8 Linear": lambda: layer(x)}
+    tdtype = getattr(torch, dtype)
+    a = torch.rand(n, n, device=device).to(tdtype)
+    b = torch.rand(n, n, device=device).to(tdtype)
+    fns: dict[str, Callable[[], object]] = {"torch": lambda: torch.matmul(a, b)}
+    if kind == "cpu" and dtype in ("float32", "float64"):
+        an, bn = a.numpy(), b.numpy()
+        fns["numpy"] = lambda: an @ bn
+    return fns
+
+
+def matmul_flops(
+    dtype="float32",
+    device="cpu",
+    n: int | None = None,
+    *,
+    quick: bool = True,
+    budget_s: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
+    """Best matmul FLOP/s (2*n^3 per product) for `dtype`; n=None sweeps n = 128, 256, ... within budget_s."""
+    device = bench.resolve_device(device)
+    dtype = canonical_dtype(dtype)
+    if dtype == "float64" and device.startswith("mps"):
+        raise UnsupportedDtype("dtype 'float64' is not supported on MPS")
+    if n is not None:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be a positive integer matrix size or None (sweep); got {n!r}")
+        return _best_flops(_matmul_fns(dtype, device, n), device, n, repeats=5 if quick else 9, clock=clock)
+    if budget_s is None:
+        budget_s = MATMUL_BUDGET_S[bool(quick)]
+    if isinstance(budget_s, bool) or not isinstance(budget_s, int | float) or not budget_s > 0:
+        raise ValueError(f"budget_s must be a positive number of seconds; got {budget_s!r}")
+    n_max = MATMUL_MAX_N[device.split(":")[0]][bool(quick)]
+    repeats = 5 if quick else 9
+    start, size, best = clock(), MATMUL_MIN_N, 0.0
+    fns = _matmul_fns(dtype, device, size)
+    while True:
+        best = max(best, _best_flops(fns, device, size, repeats=repeats, clock=clock))
+        if size * 2 > n_max or clock() - start + 2.0 * (2 * size) ** 3 / best > budget_s:
+            return best  # even one call of the next size at the best rate so far would overrun
+        fns = _matmul_fns(dtype, device, 2 * size)
+        trial_s = sum(bench._run(fn, 1, device, clock) for fn in fns.values())  # one call per library
+        if clock() - start + trial_s * (repeats + WARMUP) > budget_s:
+            return best  # one call per library told us the next size would overrun the budget
+        size *= 2
+
+
+def _best_flops(fns: dict[str, Callable[[], object]], device: str, n: int, *, repeats: int, clock) -> float:
+    """Best FLOP/s (2*n^3 per call) among the libraries' n x n matmuls, timed interleaved."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bench.NoisyMeasurementWarning)
+        measured = bench.compare(fns, device=device, warmup=WARMUP, repeats=repeats, clock=clock)
+    return 2.0 * n**3 / min(m.min_s for m in measured.values())
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """Measured ceilings of one device: bandwidth (GB/s) and peak FLOP/s per dtype."""
+
+    device: str
+    bandwidth_gbs: float
+    flops_by_dtype: dict[str, float] = field(default_factory=dict)
+    threads: int = 1
+    quick: bool = True
+
+    def peak_flops(self, dtype="float32") -> float:
+        """Measured peak FLOP/s for dtype."""
+        key = canonical_dtype(dtype)
+        if key not in self.flops_by_dtype:
+            raise ValueError(f"dtype {key!r} was not measured; measured: {sorted(self.flops_by_dtype)}")
+        return self.flops_by_dtype[key]
+
+    def ridge_point(self, dtype="float32") -> float:
+        """FLOP/byte where this device turns from memory- to compute-bound for dtype."""
+        return roofline.ridge_point(self.peak_flops(dtype), self.bandwidth_gbs)
+
+    def to_ceiling(self, dtype="float32", label: str | None = None) -> roofline.Ceiling:
+        """This device's measured roof for dtype, ready for roofline.plot_roofline."""
+        key = canonical_dtype(dtype)
+        return roofline.Ceiling(
+            label or f"this {self.device} {key}", self.peak_flops(key), self.bandwidth_gbs, True
+        )
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready dict, with ridge points per dtype."""
+        return {
+            "device": self.device, "threads": self.threads, "quick": self.quick,
+            "bandwidth_gbs": self.bandwidth_gbs, "flops_by_dtype": dict(self.flops_by_dtype),
+            "ridge_point_by_dtype": {d: self.ridge_point(d) for d in self.flops_by_dtype},
+        }  # fmt: skip
+
+    def __str__(self) -> str:
+        lines = [f"{self.device} ({self.threads} threads): memory bandwidth {self.bandwidth_gbs:.1f} GB/s"]
+        for d, f in self.flops_by_dtype.items():
+            lines.append(f"  {d:>8}: {f / 1e9:8.1f} GFLOP/s   ridge {self.ridge_point(d):6.2f} FLOP/byte")
+        return "\n".join(lines)
+
+
+def probe(
+    device="cpu",
+    dtypes: Iterable | None = None,
+    quick: bool = False,
+    *,
+    threads: int | None = None,
+    progress: bool = False,
+) -> Ceilings:
+    """Measure bandwidth and matmul FLOP/s per dtype (quick: ~2 s per dtype; full: up to ~12 s per dtype)."""
+    import torch
+
+    device = bench.resolve_device(device)
+    kind = device.split(":")[0]
+    explicit = dtypes is not None
+    names = [canonical_dtype(d) for d in (dtypes if explicit else DEFAULT_DTYPES[kind])]
+    if threads is not None:
+        with bench.threads(threads):
+            return probe(device, names if explicit else None, quick, progress=progress)
+    bandwidth = memory_bandwidth_gbs(device, repeats=8 if quick else 20)
+    flops: dict[str, float] = {}
+    steps = names
+    if progress:
+        from tqdm.auto import tqdm
+
+        steps = tqdm(names, desc="matmul FLOP/s", leave=False)
+    for d in steps:
+        try:
+            flops[d] = matmul_flops(d, device, quick=quick)
+        except (UnsupportedDtype, RuntimeError, ImportError, AttributeError):
+            if explicit:
+                raise
+    return Ceilings(device, bandwidth, flops, torch.get_num_threads() if kind == "cpu" else 1, bool(quick))

@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `benchmarks` is a folder of the repository, not part of the installed toolkit
 
-from benchmarks import effects, fidelity, figures, native, report  # noqa: E402
+from benchmarks import effects, fidelity, figures, grading, native, report  # noqa: E402
 from hwopt.bench import Measurement  # noqa: E402
 
 
@@ -246,3 +246,20 @@ def test_stream_and_fma_kernels_compile_and_run_at_a_tiny_size(tmp_path):
     assert all(t > 0 for t in out["copy_s"] + out["triad_s"])
     fma = native.run_fma_peak(native.compile_kernel("fma_peak", tmp_path), 1000, 2, threads=1)
     assert fma["flop"] > 0 and len(fma["times_s"]) == 2
+
+
+# ---------------------------------------------------------------- grading cost
+
+
+def test_grading_time_by_class_size_accumulates_each_students_notebooks():
+    rows = [{"student": "s1", "seconds": "2"}, {"student": "s1", "seconds": "4"},
+            {"student": "s2", "seconds": "6"}]
+    assert grading.cumulative_by_student(rows) == [
+        {"class_size": 1, "notebooks": 2, "total_s": 6.0, "s_per_notebook": 3.0},
+        {"class_size": 2, "notebooks": 3, "total_s": 12.0, "s_per_notebook": 4.0}]
+
+
+def test_grading_is_reported_not_available_without_the_grading_kit(monkeypatch, tmp_path):
+    monkeypatch.setattr(grading, "GRADE_CLASS", tmp_path / "autograder" / "grade_class.py")
+    summary, series, notes = grading.measure(quick=True)
+    assert summary["available"] is False and "grade_class.py" in summary["reason"] and series == []

@@ -21,13 +21,15 @@ GRADE_CLASS = ROOT / "autograder" / "grade_class.py"
 CELL_TIMEOUT_S = 20  # per cell, for the sample students whose loops never end (the kit's default is longer)
 
 
-def load_grade_class(path: Path = GRADE_CLASS):
+def load_grade_class(path: Path | None = None):
     """The grading kit's grade_class module, imported from its file; ImportError when it is not there."""
+    path = Path(path or GRADE_CLASS)
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     if not path.is_file():
         raise ImportError(f"{shown} is not in the repository")
     spec = importlib.util.spec_from_file_location("grade_class", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     sys.path.insert(0, str(path.parent))
     try:
         spec.loader.exec_module(module)

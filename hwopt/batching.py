@@ -1,0 +1,268 @@
+"""Batching (lesson 3): latency and throughput vs batch size, the overhead + per-item model, a latency budget.
+
+A batch costs a fixed overhead (launch, reading the weights once) plus a per-item cost:
+    latency_ms(b) = overhead_ms + b * per_item_ms,   throughput_per_s(b) = b / (latency_ms(b) / 1000).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hwopt import bench, plots
+
+BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def _positive_number(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ValueError(f"{name} must be a positive number; got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive finite number; got {value!r}")
+    return float(value)
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be a positive integer; got {value!r}")
+    return int(value)
+
+
+def throughput_per_s(batch_size, latency_ms) -> float:
+    """Items per second when a batch of `batch_size` items takes `latency_ms` milliseconds."""
+    return _positive_int("batch_size", batch_size) / (_positive_number("latency_ms", latency_ms) / 1000.0)
+
+
+def batch_latency_ms(batch_size, overhead_ms, per_item_ms) -> float:
+    """Latency model of one batch (ms): overhead_ms + batch_size * per_item_ms."""
+    batch_size = _positive_int("batch_size", batch_size)
+    is_number = isinstance(overhead_ms, int | float | np.integer | np.floating)
+    if isinstance(overhead_ms, bool) or not is_number or not math.isfinite(overhead_ms) or overhead_ms < 0:
+        raise ValueError(f"overhead_ms must be a finite number >= 0; got {overhead_ms!r}")
+    return float(overhead_ms) + batch_size * _positive_number("per_item_ms", per_item_ms)
+
+
+def _check_table(batch_sizes, latencies_ms) -> tuple[list[int], list[float]]:
+    """Validate a (batch size, latency) table given as two equal-length sequences."""
+    if isinstance(batch_sizes, str | bytes) or not isinstance(batch_sizes, Sequence | np.ndarray):
+        raise ValueError(
+            f"batch_sizes must be a sequence of positive integers; got {type(batch_sizes).__name__}")
+    if isinstance(latencies_ms, str | bytes) or not isinstance(latencies_ms, Sequence | np.ndarray):
+        raise ValueError(
+            f"latencies_ms must be a sequence of positive numbers; got {type(latencies_ms).__name__}")
+    if len(batch_sizes) != len(latencies_ms):
+        raise ValueError(
+            "batch_sizes and latencies_ms must have equal length; "
+            f"got {len(batch_sizes)} and {len(latencies_ms)}"
+        )
+    sizes = [_positive_int(f"batch_sizes[{i}]", b) for i, b in enumerate(batch_sizes)]
+    lats = [_positive_number(f"latencies_ms[{i}]", t) for i, t in enumerate(latencies_ms)]
+    return sizes, lats
+
+
+def largest_batch_within_budget(batch_sizes, latencies_ms, budget_ms) -> tuple[int | None, float]:
+    """Largest batch size whose latency (ms) fits budget_ms (<=), and its items/s; (None, 0.0) if none fits.
+
+    The table may be unsorted or non-monotonic; a batch size listed twice counts with its worst latency.
+    """
+    sizes, lats = _check_table(batch_sizes, latencies_ms)
+    budget_ms = _positive_number("budget_ms", budget_ms)
+    worst: dict[int, float] = {}
+    for b, t in zip(sizes, lats, strict=True):
+        worst[b] = max(t, worst.get(b, t))
+    fitting = [b for b, t in worst.items() if t <= budget_ms]
+    if not fitting:
+        return None, 0.0
+    best = max(fitting)
+    return best, throughput_per_s(best, worst[best])
+
+
+@dataclass(frozen=True)
+class LatencyFit:
+    """Least-squares fit latency_ms = overhead_ms + per_item_ms * batch_size, with its error."""
+
+    overhead_ms: float
+    per_item_ms: float
+    rms_error_ms: float  # root-mean-square residual over the fitted points
+    max_relative_error: float  # largest |measured - fitted| / measured
+
+    def latency_ms(self, batch_size) -> np.ndarray:
+        """Fitted latency (ms) for one or many batch sizes."""
+        return self.overhead_ms + self.per_item_ms * np.asarray(batch_size, dtype=float)
+
+    @property
+    def max_throughput_per_s(self) -> float:
+        """Throughput the model approaches for huge batches: 1000 / per_item_ms items/s."""
+        return 1000.0 / self.per_item_ms if self.per_item_ms > 0 else math.inf
+
+    @property
+    def half_throughput_batch(self) -> float:
+        """Batch size where the overhead equals the per-item work: throughput is half its ceiling there."""
+        return self.overhead_ms / self.per_item_ms if self.per_item_ms > 0 else math.inf
+
+    def __str__(self) -> str:
+        return (
+            f"latency_ms = {self.overhead_ms:.3g} + {self.per_item_ms:.3g} x batch_size "
+            f"(rms error {self.rms_error_ms:.3g} ms, worst {self.max_relative_error:.0%})"
+        )
+
+
+def fit_latency_model(batch_sizes, latencies_ms) -> LatencyFit:
+    """Fit the overhead + per-item model to a measured table by least squares (needs >= 2 batch sizes)."""
+    sizes, lats = _check_table(batch_sizes, latencies_ms)
+    if len(set(sizes)) < 2:
+        raise ValueError("batch_sizes must contain at least two different sizes to fit a line")
+    b = np.asarray(sizes, dtype=float)
+    t = np.asarray(lats, dtype=float)
+    design = np.column_stack([np.ones_like(b), b])
+    (overhead, per_item), *_ = np.linalg.lstsq(design, t, rcond=None)
+    residual = t - (overhead + per_item * b)
+    return LatencyFit(
+        overhead_ms=float(overhead),
+        per_item_ms=float(per_item),
+        rms_error_ms=float(np.sqrt(np.mean(residual**2))),
+        max_relative_error=float(np.max(np.abs(residual) / t)),
+    )
+
+
+def knee_batch_size(batch_sizes, latencies_ms, fraction: float = 0.9) -> int:
+    """Smallest batch size whose throughput reaches `fraction` of the best measured (where it flattens)."""
+    sizes, lats = _check_table(batch_sizes, latencies_ms)
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1]; got {fraction!r}")
+    rates = [throughput_per_s(b, t) for b, t in zip(sizes, lats, strict=True)]
+    target = fraction * max(rates)
+    return min(b for b, r in zip(sizes, rates, strict=True) if r >= target)
+
+
+# ---- measuring a real model ------------------------------------------------------------------------------
+
+
+def make_mlp(width: int = 1024, depth: int = 3, seed: int = 0):
+    """Torch MLP: `depth` Linear(width, width) layers with ReLU between; (batch, width) -> (batch, width)."""
+    import torch
+
+    width = _positive_int("width", width)
+    depth = _positive_int("depth", depth)
+    torch.manual_seed(seed)
+    layers = []
+    for i in range(depth):
+        layers.append(torch.nn.Linear(width, width))
+        if i < depth - 1:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers).eval()
+
+
+@dataclass(frozen=True)
+class BatchSweep:
+    """Measured latency per batch (one bench.Measurement per batch size)."""
+
+    batch_sizes: tuple[int, ...]
+    measurements: tuple[bench.Measurement, ...]
+
+    @property
+    def latencies_ms(self) -> list[float]:
+        """Median latency (ms) per batch size."""
+        return [m.median_ms for m in self.measurements]
+
+    @property
+    def throughputs_per_s(self) -> list[float]:
+        """Items/s per batch size, from the median latency."""
+        return [throughput_per_s(b, t) for b, t in zip(self.batch_sizes, self.latencies_ms, strict=True)]
+
+    @property
+    def best_batch_size(self) -> int:
+        """Batch size with the highest measured throughput."""
+        rates = self.throughputs_per_s
+        return self.batch_sizes[rates.index(max(rates))]
+
+
+def _model_input(model, batch_size: int, device: str):
+    import torch
+
+    first = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
+    return torch.randn(batch_size, first.in_features, device=device)
+
+
+def measure_batch_sweep(model, batch_sizes=BATCH_SIZES, *, device="cpu", repeats: int = 7, warmup: int = 2,
+                        progress: bool = True) -> BatchSweep:
+    """Time model(x) for x of shape (batch_size, in_features) at each batch size (inference, no grad)."""
+    import torch
+    from tqdm.auto import tqdm
+
+    sizes = [_positive_int("batch_sizes[]", b) for b in batch_sizes]
+    if not sizes:
+        raise ValueError("batch_sizes must not be empty")
+    device = bench.resolve_device(device)
+    model = model.to(device)
+    results = []
+    for b in tqdm(sizes, desc="batch sizes", disable=not progress):
+        x = _model_input(model, b, device)
+
+        def step(x=x):
+            with torch.inference_mode():
+                return model(x)
+
+        results.append(bench.time_fn(step, label=f"batch {b}", device=device, repeats=repeats, warmup=warmup))
+    return BatchSweep(tuple(sizes), tuple(results))
+
+
+def compare_batch_sizes(model, batch_sizes=(1, 256), *, device="cpu", repeats: int = 15) -> dict[int, float]:
+    """Throughput (items/s) of a few batch sizes timed interleaved in one run (for a fair ratio)."""
+    import torch
+
+    device = bench.resolve_device(device)
+    model = model.to(device)
+    fns = {}
+    for b in batch_sizes:
+        x = _model_input(model, _positive_int("batch_sizes[]", b), device)
+
+        def step(x=x):
+            with torch.inference_mode():
+                return model(x)
+
+        fns[f"batch {b}"] = step
+    res = bench.compare(fns, device=device, repeats=repeats)
+    return {b: throughput_per_s(b, res[f"batch {b}"].median_ms) for b in batch_sizes}
+
+
+def plot_batch_sweep(sweep: BatchSweep, fit: LatencyFit | None = None, budget_ms: float | None = None):
+    """Two panels: latency (ms) and throughput (items/s) vs batch size, with the fit and a budget marked."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax_lat, ax_thr) = plt.subplots(1, 2, figsize=(11, 4))
+    b = np.asarray(sweep.batch_sizes, dtype=float)
+    q1 = [m.q1_s * 1e3 for m in sweep.measurements]
+    q3 = [m.q3_s * 1e3 for m in sweep.measurements]
+    plots.axes("batch size", "latency per batch (ms)", logx=True, logy=True, ax=ax_lat, title="Latency")
+    plots.band(ax_lat, b, sweep.latencies_ms, q1, q3, label="measured (median, IQR)", color=plots.color(0))
+    plots.axes("batch size", "throughput (items/s)", logx=True, logy=True, ax=ax_thr, title="Throughput")
+    thr_lo = [bb / (t / 1e3) for bb, t in zip(b, q3, strict=True)]
+    thr_hi = [bb / (t / 1e3) for bb, t in zip(b, q1, strict=True)]
+    plots.band(ax_thr, b, sweep.throughputs_per_s, thr_lo, thr_hi, label="measured", color=plots.color(0))
+    if fit is not None:
+        grid = np.geomspace(b.min(), b.max(), 100)
+        ax_lat.plot(grid, fit.latency_ms(grid), "--", color=plots.color(1), label="overhead + per-item fit")
+        ax_thr.plot(grid, grid / (fit.latency_ms(grid) / 1e3), "--", color=plots.color(1), label="fit")
+    if budget_ms is not None:
+        best, rate = largest_batch_within_budget(sweep.batch_sizes, sweep.latencies_ms, budget_ms)
+        ax_lat.axhline(budget_ms, color=plots.color(2), linestyle=":", label=f"budget {budget_ms:g} ms")
+        if best is not None:
+            lat = dict(zip(sweep.batch_sizes, sweep.latencies_ms, strict=True))[best]
+            ax_lat.plot([best], [lat], "*", markersize=16, color=plots.color(2), label=f"best: batch {best}")
+            ax_thr.plot([best], [rate], "*", markersize=16, color=plots.color(2),
+                        label=f"{rate:,.0f} items/s")
+    plots.finish(ax_lat)
+    return plots.finish(ax_thr)
+
+
+def budget_report(sweep: BatchSweep, budget_ms: float) -> str:
+    """One line: the largest batch within budget_ms and its throughput (the lesson's slider callback)."""
+    best, rate = largest_batch_within_budget(sweep.batch_sizes, sweep.latencies_ms, budget_ms)
+    if best is None:
+        smallest, lat = min(zip(sweep.batch_sizes, sweep.latencies_ms, strict=True))
+        return f"budget {budget_ms:g} ms: nothing fits (batch {smallest} already takes {lat:.2f} ms)"
+    return f"budget {budget_ms:g} ms: largest batch that fits = {best}, throughput {rate:,.0f} items/s"

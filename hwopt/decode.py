@@ -1,0 +1,374 @@
+"""The decode step (lesson 2): a matrix-vector product streaming its weights from memory, fp32/int8/int4.
+
+Generating one token reads every weight once and does 2 FLOP per weight, far below any chip's ridge point, so
+time ~ weight bytes / bandwidth and fewer bytes per weight means proportionally more tokens/s. The lesson's
+stack: `n_layers` residual layers h <- h + h @ B_i with B_i (d_model, d_model), together far larger than the
+last-level cache. fp32 runs in numpy and torch; int8 and int4 run in ONNX Runtime's quantized MatMul kernels.
+The fp32 result in float64 is the oracle every path is checked against.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from hwopt import bench
+
+# Stated tolerances: relative L2 error of the stack's output vs the fp32 oracle (4 layers, random weights).
+TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "int8": 0.05, "int4": 0.25}
+
+
+def _positive(name: str, value, *, integer: bool = False) -> float:
+    ok = (int, np.integer) if integer else (int, float, np.integer, np.floating)
+    if isinstance(value, bool) or not isinstance(value, ok) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive {'integer' if integer else 'number'}; got {value!r}")
+    return value
+
+
+def model_size_gb(params: float, bytes_per_weight: float) -> float:
+    """Weights in GB (1e9 bytes): params * bytes_per_weight (4 fp32, 2 fp16, 1 int8, 0.5 int4)."""
+    return _positive("params", params) * _positive("bytes_per_weight", bytes_per_weight) / 1e9
+
+
+def tokens_per_s_estimate(params: float, bytes_per_weight: float, bandwidth_gbs: float) -> float:
+    """Single-stream decode speed if each token reads all weights once: bandwidth / model bytes (tokens/s)."""
+    return _positive("bandwidth_gbs", bandwidth_gbs) / model_size_gb(params, bytes_per_weight)
+
+
+def size_and_speed_report(params: float, bytes_per_weight: float, bandwidth_gbs: float) -> str:
+    """One line for the slider: model size and the tokens/s that bandwidth allows."""
+    size = model_size_gb(params, bytes_per_weight)
+    rate = tokens_per_s_estimate(params, bytes_per_weight, bandwidth_gbs)
+    return (f"{params / 1e9:g}B params x {bytes_per_weight:g} bytes = {size:,.2f} GB of weights; at "
+            f"{bandwidth_gbs:,.0f} GB/s each token reads them once -> at most {rate:,.1f} tokens/s")
+
+
+# ---- the weights and the oracle ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DecodeStack:
+    """Weights of a decode step: layers[i] is B_i (d_model, d_model) fp32, x the input (d_model,)."""
+
+    layers: tuple[np.ndarray, ...]
+    x: np.ndarray
+
+    @property
+    def d_model(self) -> int:
+        """Width of the activations."""
+        return int(self.x.shape[0])
+
+    @property
+    def n_params(self) -> int:
+        """Number of weights in the stack."""
+        return sum(int(w.size) for w in self.layers)
+
+    def weight_bytes(self, bytes_per_weight: float) -> float:
+        """Bytes of weights read per step at bytes_per_weight (scales not counted)."""
+        return self.n_params * float(bytes_per_weight)
+
+
+def layers_for_working_set(d_model: int, min_bytes: float, bytes_per_weight: float = 0.5) -> int:
+    """How many (d_model x d_model) layers make the stack at least min_bytes at bytes_per_weight."""
+    _positive("d_model", d_model, integer=True)
+    _positive("min_bytes", min_bytes)
+    per_layer = d_model * d_model * _positive("bytes_per_weight", bytes_per_weight)
+    return max(1, math.ceil(min_bytes / per_layer))
+
+
+def make_stack(d_model: int = 4096, n_layers: int = 4, seed: int = 0) -> DecodeStack:
+    """Random weights (std 1/sqrt(d_model), so activations keep their scale) and input, fp32."""
+    _positive("d_model", d_model, integer=True)
+    _positive("n_layers", n_layers, integer=True)
+    rng = np.random.default_rng(seed)
+    scale = np.float32(1.0 / math.sqrt(d_model))
+    layers = []
+    for _ in range(n_layers):
+        w = rng.standard_normal((d_model, d_model), dtype=np.float32)
+        w *= scale
+        layers.append(w)
+    return DecodeStack(tuple(layers), rng.standard_normal(d_model, dtype=np.float32))
+
+
+def reference(stack: DecodeStack) -> np.ndarray:
+    """The oracle: h <- h + h @ B_i for every layer, in float64; returns (d_model,)."""
+    h = stack.x.astype(np.float64)
+    for w in stack.layers:
+        h = h + h @ w.astype(np.float64)
+    return h
+
+
+def relative_error(y, y_ref) -> float:
+    """||y - y_ref|| / ||y_ref|| (L2 over all elements)."""
+    y = np.asarray(y, dtype=np.float64).ravel()
+    y_ref = np.asarray(y_ref, dtype=np.float64).ravel()
+    if y.shape != y_ref.shape:
+        raise ValueError(f"y and y_ref must have the same number of elements; got {y.size} and {y_ref.size}")
+    norm = np.linalg.norm(y_ref)
+    if norm == 0:
+        raise ValueError("y_ref must not be all zeros")
+    return float(np.linalg.norm(y - y_ref) / norm)
+
+
+# ---- fp32 (and fp16 on GPU) paths --------------------------------------------------------------------------
+
+
+def numpy_step(stack: DecodeStack) -> Callable[[], np.ndarray]:
+    """fp32 decode step in numpy (BLAS sgemv): returns a zero-argument function -> (d_model,)."""
+    layers, x = stack.layers, stack.x
+
+    def step():
+        h = x
+        for w in layers:
+            h = h + h @ w
+        return h
+
+    return step
+
+
+def torch_step(stack: DecodeStack, device="cpu", dtype: str = "float32") -> Callable[[], np.ndarray]:
+    """Decode step in torch (torch.mv on the weights' transposed view) on `device` -> numpy (d_model,)."""
+    import torch
+
+    device = bench.resolve_device(device)
+    tdtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}.get(dtype)
+    if tdtype is None:
+        raise ValueError(f"dtype must be 'float32', 'float16' or 'bfloat16'; got {dtype!r}")
+    weights = [torch.from_numpy(w).to(device=device, dtype=tdtype).T for w in stack.layers]  # (out, in) views
+    x = torch.from_numpy(stack.x).to(device=device, dtype=tdtype)
+
+    def step():
+        with torch.inference_mode():
+            h = x
+            for w in weights:
+                h = h + torch.mv(w, h)
+            return h.float().cpu().numpy()
+
+    return step
+
+
+# ---- int8 and int4 through ONNX Runtime --------------------------------------------------------------------
+
+
+def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-column asymmetric uint8 of w (K, N): (q uint8 (K, N), scale (N,), zero_point uint8 (N,)).
+
+    Unsigned weights avoid the u8 x s8 overflow that costs signed int8 accuracy on CPUs without VNNI.
+    """
+    w = np.asarray(w, dtype=np.float32)
+    if w.ndim != 2:
+        raise ValueError(f"w must be a 2-D (K, N) matrix; got shape {w.shape}")
+    lo = np.minimum(w.min(axis=0), 0.0)
+    hi = np.maximum(w.max(axis=0), 0.0)
+    scale = np.where(hi > lo, (hi - lo) / 255.0, 1.0).astype(np.float32)
+    zero_point = np.clip(np.rint(-lo / scale), 0, 255).astype(np.uint8)
+    q = w / scale
+    np.rint(q, out=q)
+    q += zero_point
+    np.clip(q, 0, 255, out=q)
+    return q.astype(np.uint8), scale, zero_point
+
+
+def dequantize_int8(q: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
+    """Inverse of quantize_int8: (q - zero_point) * scale as fp32 (K, N)."""
+    return ((q.astype(np.float32) - zero_point.astype(np.float32)) * scale).astype(np.float32)
+
+
+def quantize_int4(w: np.ndarray, block_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric blockwise int4 of w (K, N) for MatMulNBits: packed (N, K/bs, bs/2) uint8, scales (N, K/bs)"""
+    from onnxruntime.capi._pybind_state import quantize_matmul_4bits
+
+    w = np.ascontiguousarray(w, dtype=np.float32)
+    if w.ndim != 2:
+        raise ValueError(f"w must be a 2-D (K, N) matrix; got shape {w.shape}")
+    if block_size not in (16, 32, 64, 128, 256):
+        raise ValueError(f"block_size must be one of 16, 32, 64, 128, 256; got {block_size!r}")
+    k, n = w.shape
+    if k % block_size:
+        raise ValueError(f"w's first dimension K={k} must be a multiple of block_size={block_size}")
+    blocks = k // block_size
+    packed = np.zeros((n, blocks, block_size // 2), dtype=np.uint8)
+    scales = np.zeros((n, blocks), dtype=np.float32)
+    zero_points = np.zeros((n, (blocks + 1) // 2), dtype=np.uint8)
+    quantize_matmul_4bits(packed, w, scales, zero_points, block_size, n, k, True)
+    return packed, scales
+
+
+def dequantize_int4(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """Inverse of quantize_int4: fp32 (K, N), each 4-bit value q in 0..15 meaning (q - 8) * block scale."""
+    n, blocks, half = packed.shape
+    low = (packed & 0x0F).astype(np.int8) - 8
+    high = (packed >> 4).astype(np.int8) - 8
+    values = np.stack([low, high], axis=-1).reshape(n, blocks, 2 * half).astype(np.float32)
+    return (values * scales[:, :, None]).reshape(n, blocks * 2 * half).T.copy()
+
+
+def _graph_bytes(nodes, initializers, d_model: int) -> bytes:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        nodes, "decode_step", [helper.make_tensor_value_info("h0", TensorProto.FLOAT, [1, d_model])],
+        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, [1, d_model])], initializers)
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 10  # onnxruntime reads IR <= 10 everywhere the course runs
+    return model.SerializeToString()
+
+
+def int8_model_bytes(stack: DecodeStack) -> bytes:
+    """ONNX graph (bytes) of the stack, uint8 weights: DynamicQuantizeLinear -> MatMulInteger -> rescale."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, inits = [], []
+    for i, w in enumerate(stack.layers):
+        q, scale, zp = quantize_int8(w)
+        inits += [numpy_helper.from_array(q, f"W{i}"), numpy_helper.from_array(scale, f"Ws{i}"),
+                  numpy_helper.from_array(zp, f"Wz{i}")]
+        h = f"h{i}"
+        nodes += [
+            helper.make_node("DynamicQuantizeLinear", [h], [f"x{i}", f"xs{i}", f"xz{i}"]),
+            helper.make_node("MatMulInteger", [f"x{i}", f"W{i}", f"xz{i}", f"Wz{i}"], [f"acc{i}"]),
+            helper.make_node("Cast", [f"acc{i}"], [f"accf{i}"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", [f"xs{i}", f"Ws{i}"], [f"s{i}"]),
+            helper.make_node("Mul", [f"accf{i}", f"s{i}"], [f"y{i}"]),
+            helper.make_node("Add", [h, f"y{i}"], [f"h{i + 1}"]),
+        ]
+    return _graph_bytes(nodes, inits, stack.d_model)
+
+
+def int4_model_bytes(stack: DecodeStack, block_size: int = 32, accuracy_level: int = 4) -> bytes:
+    """ONNX graph (in memory) of the stack, int4 weights: MatMulNBits (accuracy_level 4 = int8 compute)."""
+    from onnx import helper, numpy_helper
+
+    nodes, inits = [], []
+    d = stack.d_model
+    for i, w in enumerate(stack.layers):
+        packed, scales = quantize_int4(w, block_size)
+        inits += [numpy_helper.from_array(packed, f"W{i}"), numpy_helper.from_array(scales, f"Ws{i}")]
+        attrs = {"K": d, "N": d, "bits": 4, "block_size": block_size}
+        if accuracy_level:
+            attrs["accuracy_level"] = accuracy_level
+        nodes += [helper.make_node("MatMulNBits", [f"h{i}", f"W{i}", f"Ws{i}"], [f"y{i}"],
+                                   domain="com.microsoft", **attrs),
+                  helper.make_node("Add", [f"h{i}", f"y{i}"], [f"h{i + 1}"])]
+    return _graph_bytes(nodes, inits, d)
+
+
+def ort_session(model_bytes: bytes, threads: int | None = None):
+    """CPU InferenceSession from in-memory ONNX bytes with an explicit intra-op thread count."""
+    import onnxruntime as ort
+    import torch
+
+    threads = torch.get_num_threads() if threads is None else int(_positive("threads", threads, integer=True))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # errors only: no warnings in the lesson's output
+    return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+
+
+def ort_step(session, stack: DecodeStack) -> Callable[[], np.ndarray]:
+    """Zero-argument function running the session on the stack's input -> (d_model,)."""
+    feed = {"h0": stack.x[None, :]}
+
+    def step():
+        return session.run(None, feed)[0][0]
+
+    return step
+
+
+# ---- all paths, checked and timed --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DecodePath:
+    """One way to run the decode step: its precision, a zero-argument function, and its weight bytes."""
+
+    label: str
+    precision: str  # key of costs.BYTES_PER_WEIGHT
+    fn: Callable[[], np.ndarray]
+    weight_bytes: float
+
+
+def decode_paths(stack: DecodeStack, device="cpu", threads: int | None = None) -> dict[str, DecodePath]:
+    """fp32 numpy and torch, int8 and int4 in ONNX Runtime (CPU); on a GPU also torch fp32 and fp16 there."""
+    device = bench.resolve_device(device)
+    paths = [
+        DecodePath("fp32 numpy", "fp32", numpy_step(stack), stack.weight_bytes(4)),
+        DecodePath("fp32 torch", "fp32", torch_step(stack, "cpu"), stack.weight_bytes(4)),
+    ]
+    if device != "cpu":
+        paths += [
+            DecodePath(f"fp32 torch {device}", "fp32", torch_step(stack, device), stack.weight_bytes(4)),
+            DecodePath(f"fp16 torch {device}", "fp16", torch_step(stack, device, "float16"),
+                       stack.weight_bytes(2)),
+        ]
+    int8 = ort_session(int8_model_bytes(stack), threads)
+    int4 = ort_session(int4_model_bytes(stack), threads)
+    paths += [
+        DecodePath("int8 ORT MatMulInteger", "int8", ort_step(int8, stack), stack.weight_bytes(1)),
+        DecodePath("int4 ORT MatMulNBits", "int4", ort_step(int4, stack), stack.weight_bytes(0.5)),
+    ]
+    return {p.label: p for p in paths}
+
+
+def check_paths(paths: dict[str, DecodePath], stack: DecodeStack) -> dict[str, float]:
+    """Relative error of every path vs the float64 oracle; ValueError naming any path above TOLERANCE."""
+    y_ref = reference(stack)
+    errors = {label: relative_error(p.fn(), y_ref) for label, p in paths.items()}
+    bad = {k: e for k, e in errors.items() if e > TOLERANCE[paths[k].precision]}
+    if bad:
+        raise ValueError("paths disagree with the fp32 oracle beyond tolerance: " + ", ".join(
+            f"{k}: {e:.3g} > {TOLERANCE[paths[k].precision]:g}" for k, e in bad.items()))
+    return errors
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    """Timed decode paths: Measurement per label, with achieved GB/s and speedups over the best fp32 path."""
+
+    paths: dict[str, DecodePath]
+    measurements: dict[str, bench.Measurement]
+
+    def achieved_gbs(self, label: str) -> float:
+        """Weight bytes read per second (GB/s) by one path, from its median time."""
+        return self.paths[label].weight_bytes / self.measurements[label].median_s / 1e9
+
+    @property
+    def best_fp32(self) -> str:
+        """Label of the fastest fp32 path."""
+        fp32 = [k for k, p in self.paths.items() if p.precision == "fp32"]
+        return min(fp32, key=lambda k: self.measurements[k].median_s)
+
+    def speedup(self, label: str) -> float:
+        """How many times faster `label` is than the best fp32 path (same interleaved run)."""
+        return bench.speedup(self.measurements[self.best_fp32], self.measurements[label])
+
+    def best(self, precision: str) -> str:
+        """Label of the fastest path at precision."""
+        return min((k for k, p in self.paths.items() if p.precision == precision),
+                   key=lambda k: self.measurements[k].median_s)
+
+    def table(self) -> str:
+        """Text table: time per step, GB/s of weights, speedup over the best fp32 path."""
+        lines = [f"{'path':28s} {'ms/step':>9s} {'IQR':>7s} {'GB/s':>7s} {'vs best fp32':>13s}"]
+        for k, m in self.measurements.items():
+            lines.append(f"{k:28s} {m.median_ms:9.2f} {m.iqr_ms:7.2f} {self.achieved_gbs(k):7.1f} "
+                         f"{self.speedup(k):12.2f}x")
+        return "\n".join(lines)
+
+
+def time_paths(paths: dict[str, DecodePath], device="cpu", repeats: int = 15) -> DecodeResult:
+    """Time every path interleaved (A B C A B C ...) with bench.compare."""
+    fns = {k: p.fn for k, p in paths.items()}
+    return DecodeResult(paths, bench.compare(fns, device=device, repeats=repeats))
+
+
+def memory_or_compute(achieved_gbs: float, bandwidth_gbs: float, threshold: float = 0.5) -> str:
+    """'memory' if a kernel reads its weights at >= threshold of the measured bandwidth, else 'compute'."""
+    _positive("achieved_gbs", achieved_gbs)
+    _positive("bandwidth_gbs", bandwidth_gbs)
+    return "memory" if achieved_gbs >= threshold * bandwidth_gbs else "compute"

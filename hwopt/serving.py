@@ -1,0 +1,194 @@
+"""Serving (lesson 3): dynamic batching of requests that arrive at random, simulated on a batch cost model.
+
+A batch of b requests takes overhead_ms + b * per_item_ms (see hwopt.batching). Requests arrive as a Poisson
+process; the server starts a batch when it is free and either max_batch_size requests wait or the oldest has
+waited max_wait_ms. Everything is deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from hwopt import plots
+
+
+def _check(name: str, value, *, minimum: float = 0.0, strict: bool = True, integer: bool = False):
+    ok_type = (int, np.integer) if integer else (int, float, np.integer, np.floating)
+    if isinstance(value, bool) or not isinstance(value, ok_type) or not math.isfinite(value):
+        kind = "integer" if integer else "number"
+        raise ValueError(f"{name} must be a finite {kind}; got {value!r}")
+    if (strict and value <= minimum) or (not strict and value < minimum):
+        raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum:g}; got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class ServingStats:
+    """Result of one simulated run: latencies in ms (arrival -> answer), throughput in requests/s."""
+
+    latencies_ms: np.ndarray
+    batch_sizes: np.ndarray
+    throughput_per_s: float
+    utilization: float  # fraction of the time the server was busy
+    capacity_per_s: float  # most requests/s the server can answer (always full batches)
+    arrival_rate_per_s: float
+
+    @property
+    def p50_ms(self) -> float:
+        """Median latency (ms)."""
+        return float(np.percentile(self.latencies_ms, 50))
+
+    @property
+    def p99_ms(self) -> float:
+        """99th-percentile latency (ms): what the unluckiest 1% of users see."""
+        return float(np.percentile(self.latencies_ms, 99))
+
+    @property
+    def mean_batch_size(self) -> float:
+        """Average number of requests per batch."""
+        return float(np.mean(self.batch_sizes))
+
+    @property
+    def overloaded(self) -> bool:
+        """True when requests arrive faster than the server can answer them: the queue grows without end."""
+        return self.arrival_rate_per_s >= self.capacity_per_s
+
+    def __str__(self) -> str:
+        warn = "  OVERLOADED: the queue grows without end" if self.overloaded else ""
+        return (
+            f"p50 {self.p50_ms:.1f} ms, p99 {self.p99_ms:.1f} ms, "
+            f"throughput {self.throughput_per_s:,.0f} req/s, "
+            f"mean batch {self.mean_batch_size:.1f}, server busy {self.utilization:.0%}{warn}"
+        )
+
+
+def arrivals_ms(arrival_rate_per_s: float, n_requests: int, seed: int = 0) -> np.ndarray:
+    """Arrival times (ms, increasing) of n_requests from a Poisson process at arrival_rate_per_s."""
+    _check("arrival_rate_per_s", arrival_rate_per_s)
+    _check("n_requests", n_requests, integer=True)
+    gaps = np.random.default_rng(seed).exponential(1000.0 / arrival_rate_per_s, size=int(n_requests))
+    return np.cumsum(gaps)
+
+
+def simulate_dynamic_batching(arrival_rate_per_s: float, max_batch_size: int, max_wait_ms: float,
+                              overhead_ms: float, per_item_ms: float, *, n_requests: int = 2000,
+                              seed: int = 0) -> ServingStats:
+    """Simulate one server with dynamic batching; batch cost overhead_ms + b * per_item_ms (ms)."""
+    _check("max_batch_size", max_batch_size, integer=True)
+    _check("max_wait_ms", max_wait_ms, strict=False)
+    _check("overhead_ms", overhead_ms, strict=False)
+    _check("per_item_ms", per_item_ms)
+    arrive = arrivals_ms(arrival_rate_per_s, n_requests, seed)
+    n = len(arrive)
+    latencies = np.empty(n)
+    sizes = []
+    free_at = busy = 0.0
+    i = 0
+    while i < n:
+        full_at = arrive[i + max_batch_size - 1] if i + max_batch_size - 1 < n else math.inf
+        start = max(free_at, arrive[i], min(full_at, arrive[i] + max_wait_ms))
+        j = min(i + max_batch_size, int(np.searchsorted(arrive, start, side="right")))
+        duration = overhead_ms + (j - i) * per_item_ms
+        free_at = start + duration
+        busy += duration
+        latencies[i:j] = free_at - arrive[i:j]
+        sizes.append(j - i)
+        i = j
+    span = free_at - arrive[0] + 1000.0 / arrival_rate_per_s  # first arrival happens after one mean gap
+    return ServingStats(
+        latencies_ms=latencies,
+        batch_sizes=np.asarray(sizes),
+        throughput_per_s=n / (span / 1000.0),
+        utilization=busy / span,
+        capacity_per_s=max_batch_size / ((overhead_ms + max_batch_size * per_item_ms) / 1000.0),
+        arrival_rate_per_s=float(arrival_rate_per_s),
+    )
+
+
+def plot_latency_histogram(stats: ServingStats, ax=None, *, label: str | None = None):
+    """Histogram of request latencies (ms) with p50 and p99 marked; returns the Figure."""
+    ax = plots.axes("latency (ms)", "requests", ax=ax, title=label)
+    ax.hist(stats.latencies_ms, bins=40, color=plots.color(0), alpha=0.7)
+    ax.axvline(stats.p50_ms, color=plots.color(2), label=f"p50 {stats.p50_ms:.1f} ms")
+    ax.axvline(stats.p99_ms, color=plots.color(1), label=f"p99 {stats.p99_ms:.1f} ms")
+    return plots.finish(ax)
+
+
+def serving_report(arrival_rate_per_s: float, max_batch_size: int, max_wait_ms: float, overhead_ms: float,
+                   per_item_ms: float, seed: int = 0) -> str:
+    """Two lines: dynamic batching vs one-request-at-a-time at the same arrival rate (the slider callback)."""
+    batched = simulate_dynamic_batching(arrival_rate_per_s, max_batch_size, max_wait_ms, overhead_ms,
+                                        per_item_ms, seed=seed)
+    single = simulate_dynamic_batching(arrival_rate_per_s, 1, 0.0, overhead_ms, per_item_ms, seed=seed)
+    return (f"dynamic batching (max {max_batch_size}, wait {max_wait_ms:g} ms): {batched}\n"
+            f"one request at a time:                {single}")
+
+
+# ---- why continuous batching exists -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    """Text generation of many requests with one batch of slots: time (ms), tokens/s, mean finish time."""
+
+    total_ms: float
+    tokens_per_s: float
+    mean_finish_ms: float
+    slot_utilization: float  # fraction of slot-steps that produced a real token
+
+    def __str__(self) -> str:
+        return (f"{self.tokens_per_s:,.0f} tokens/s, mean request done after {self.mean_finish_ms:,.0f} ms, "
+                f"slots busy {self.slot_utilization:.0%}")
+
+
+def output_lengths(n_requests: int, mean_tokens: float, seed: int = 0) -> np.ndarray:
+    """Random answer lengths (tokens >= 1): a geometric spread, as real chat answers vary a lot."""
+    _check("n_requests", n_requests, integer=True)
+    _check("mean_tokens", mean_tokens, minimum=1.0, strict=False)
+    return np.random.default_rng(seed).geometric(1.0 / mean_tokens, size=int(n_requests))
+
+
+def simulate_generation(lengths, max_batch_size: int, step_overhead_ms: float, step_per_item_ms: float, *,
+                        continuous: bool) -> GenerationStats:
+    """Generate len(lengths) answers token by token in batches of slots; all requests wait at time 0.
+
+    Static batching: a batch runs until its longest answer is done, finished slots idle.
+    Continuous batching: a finished slot takes the next waiting request at the very next step.
+    One step costs step_overhead_ms + active_slots * step_per_item_ms.
+    """
+    lengths = np.asarray(lengths)
+    if lengths.ndim != 1 or len(lengths) == 0 or not np.issubdtype(lengths.dtype, np.integer) or (
+            lengths.min() < 1):
+        raise ValueError("lengths must be a non-empty 1-D sequence of positive integers (tokens per answer)")
+    _check("max_batch_size", max_batch_size, integer=True)
+    _check("step_overhead_ms", step_overhead_ms, strict=False)
+    _check("step_per_item_ms", step_per_item_ms)
+    queue = list(range(len(lengths)))[::-1]  # pop() takes the next request
+    finish = np.zeros(len(lengths))
+    slots: dict[int, int] = {}  # request -> tokens still to generate
+    t = 0.0
+    slot_steps = 0
+    while queue or slots:
+        if continuous or not slots:
+            while queue and len(slots) < max_batch_size:
+                r = queue.pop()
+                slots[r] = int(lengths[r])
+        active = sum(1 for left in slots.values() if left > 0)
+        occupied = len(slots) if not continuous else active
+        t += step_overhead_ms + occupied * step_per_item_ms
+        slot_steps += max_batch_size
+        for r in list(slots):
+            if slots[r] > 0:
+                slots[r] -= 1
+                if slots[r] == 0:
+                    finish[r] = t
+        if continuous:
+            slots = {r: left for r, left in slots.items() if left > 0}
+        elif all(left == 0 for left in slots.values()):
+            slots = {}
+    tokens = int(lengths.sum())
+    return GenerationStats(total_ms=t, tokens_per_s=tokens / (t / 1000.0),
+                           mean_finish_ms=float(finish.mean()), slot_utilization=tokens / slot_steps)

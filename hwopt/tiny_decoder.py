@@ -1,0 +1,136 @@
+"""A tiny decoder-only transformer with a KV cache (lesson 2): random weights, real decode speed in tokens/s.
+
+Shapes: tokens (batch, seq) int64 -> logits (batch, seq, vocab_size). Each generated token runs every Linear
+layer once on a single vector, so decode speed is bounded by memory bandwidth / bytes of weights read.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from hwopt import bench
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: causal self-attention + 4x MLP, with an optional (k, v) cache."""
+
+    def __init__(self, d_model: int, n_heads: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.norm1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.up = nn.Linear(d_model, 4 * d_model)
+        self.down = nn.Linear(4 * d_model, d_model)
+
+    def forward(self, x, cache=None):
+        """x (batch, seq, d_model), cache (k, v) each (batch, heads, past, head_dim) -> (y, new cache)."""
+        b, s, d = x.shape
+        if cache is not None and s > 1:
+            raise ValueError("with a cache, feed one token at a time (x must have seq = 1)")
+        q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
+        q, k, v = (t.view(b, s, self.n_heads, d // self.n_heads).transpose(1, 2) for t in (q, k, v))
+        if cache is not None:
+            k = torch.cat([cache[0], k], dim=2)
+            v = torch.cat([cache[1], v], dim=2)
+        # A causal mask is only needed when several new tokens attend among themselves (the prompt).
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None and s > 1)
+        x = x + self.proj(attn.transpose(1, 2).reshape(b, s, d))
+        x = x + self.down(F.gelu(self.up(self.norm2(x))))
+        return x, (k, v)
+
+
+class TinyDecoder(nn.Module):
+    """Decoder-only language model: token + position embeddings, n_layers blocks, untied output head."""
+
+    def __init__(self, vocab_size: int = 8192, d_model: int = 1024, n_layers: int = 4, n_heads: int = 8,
+                 max_len: int = 512):
+        super().__init__()
+        for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("n_layers", n_layers),
+                            ("n_heads", n_heads), ("max_len", max_len)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer; got {value!r}")
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.max_len = max_len
+        self.tok = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Embedding(max_len, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, n_heads) for _ in range(n_layers))
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+
+    def forward(self, tokens, caches=None, start: int = 0):
+        """tokens (batch, seq) -> (logits (batch, seq, vocab), caches); start = position of tokens[:, 0]."""
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be (batch, seq); got shape {tuple(tokens.shape)}")
+        if start + tokens.shape[1] > self.max_len:
+            raise ValueError(f"sequence longer than max_len={self.max_len}")
+        positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
+        x = self.tok(tokens) + self.pos(positions)
+        new = []
+        for i, block in enumerate(self.blocks):
+            x, c = block(x, None if caches is None else caches[i])
+            new.append(c)
+        return self.head(self.norm(x)), new
+
+
+def make_tiny_decoder(vocab_size: int = 8192, d_model: int = 1024, n_layers: int = 4, n_heads: int = 8,
+                      seed: int = 0, device="cpu") -> TinyDecoder:
+    """A TinyDecoder with seeded random weights, in eval mode on `device`."""
+    torch.manual_seed(seed)
+    return TinyDecoder(vocab_size, d_model, n_layers, n_heads).eval().to(bench.resolve_device(device))
+
+
+def weight_bytes_per_token(model: TinyDecoder) -> int:
+    """Bytes of weights one decode step reads: everything except the embedding tables (one row each)."""
+    embedded = {id(p) for m in (model.tok, model.pos) for p in m.parameters()}
+    return sum(p.numel() * p.element_size() for p in model.parameters() if id(p) not in embedded)
+
+
+@torch.inference_mode()
+def generate(model: TinyDecoder, prompt, new_tokens: int):
+    """Greedy decoding with the KV cache: prompt (batch, seq) -> (batch, seq + new_tokens) tokens."""
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
+        raise ValueError(f"new_tokens must be a positive integer; got {new_tokens!r}")
+    logits, caches = model(prompt)
+    tokens = prompt
+    for i in range(new_tokens):
+        nxt = logits[:, -1:].argmax(-1)
+        tokens = torch.cat([tokens, nxt], dim=1)
+        if i < new_tokens - 1:
+            logits, caches = model(nxt, caches, start=tokens.shape[1] - 1)
+    return tokens
+
+
+def decode_tokens_per_s(model: TinyDecoder, prompt_len: int = 16, new_tokens: int = 32, device="cpu",
+                        repeats: int = 3) -> tuple[float, bench.Measurement]:
+    """Measured single-stream decode speed (tokens/s) over new_tokens steps after a prompt, and the timing."""
+    device = bench.resolve_device(device)
+    prompt = torch.randint(0, model.tok.num_embeddings, (1, prompt_len), device=device)
+    with torch.inference_mode():
+        logits, caches = model(prompt)  # prefill once; time only the token-by-token steps
+
+    def steps():
+        with torch.inference_mode():
+            cache = caches
+            nxt = logits[:, -1:].argmax(-1)
+            for i in range(new_tokens - 1):
+                out, cache = model(nxt, cache, start=prompt_len + i)
+                nxt = out[:, -1:].argmax(-1)
+            return nxt
+
+    with torch.inference_mode():
+        m = bench.time_fn(steps, label="decode", device=device, warmup=1, repeats=repeats, number=1)
+    return (new_tokens - 1) / m.median_s, m
+
+
+def estimated_tokens_per_s(model: TinyDecoder, bandwidth_gbs: float) -> float:
+    """Bandwidth-bound estimate: bandwidth / weight bytes per token (tokens/s)."""
+    if not math.isfinite(bandwidth_gbs) or bandwidth_gbs <= 0:
+        raise ValueError(f"bandwidth_gbs must be a positive number; got {bandwidth_gbs!r}")
+    return bandwidth_gbs * 1e9 / weight_bytes_per_token(model)

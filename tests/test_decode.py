@@ -1,0 +1,160 @@
+"""hwopt.decode: estimates by hand, quantizer round trips, every path (numpy, torch, ORT) vs the oracle."""
+
+import numpy as np
+import pytest
+
+from hwopt import bench, decode
+
+pytestmark = pytest.mark.filterwarnings("ignore::hwopt.bench.NoisyMeasurementWarning")
+
+
+def test_model_size_and_tokens_per_s_by_hand():
+    # 7B params at fp16 = 14 GB; at 100 GB/s each token reads 14 GB -> 7.14 tokens/s; int4 -> 4x that
+    assert decode.model_size_gb(7e9, 2) == pytest.approx(14.0)
+    assert decode.tokens_per_s_estimate(7e9, 2, 100) == pytest.approx(100 / 14)
+    assert decode.tokens_per_s_estimate(7e9, 0.5, 100) == pytest.approx(4 * 100 / 14)
+    assert "14.00 GB" in decode.size_and_speed_report(7e9, 2, 100)
+
+
+@pytest.mark.parametrize(("args", "word"), [
+    ((0, 2, 100), "params"), ((1e9, 0, 100), "bytes_per_weight"),
+    ((1e9, 2, -1), "bandwidth_gbs"), ((1e9, 2, float("nan")), "bandwidth_gbs"),
+])
+def test_estimate_rejects_bad_input(args, word):
+    with pytest.raises(ValueError, match=word):
+        decode.tokens_per_s_estimate(*args)
+
+
+def test_layers_for_working_set():
+    # 4096 x 4096 int4 = 8 MiB-ish (8,388,608 bytes) per layer: 64 MB needs 8 layers
+    assert decode.layers_for_working_set(4096, 64 * 2**20, 0.5) == 8
+    assert decode.layers_for_working_set(4096, 1, 4) == 1
+    with pytest.raises(ValueError, match="d_model"):
+        decode.layers_for_working_set(0, 1)
+
+
+@pytest.fixture(scope="module")
+def stack():
+    return decode.make_stack(d_model=64, n_layers=2, seed=1)
+
+
+def test_make_stack_shapes_and_bytes(stack):
+    assert stack.d_model == 64 and len(stack.layers) == 2 and stack.layers[0].dtype == np.float32
+    assert stack.n_params == 2 * 64 * 64 and stack.weight_bytes(0.5) == 64 * 64
+    with pytest.raises(ValueError, match="n_layers"):
+        decode.make_stack(64, 0)
+
+
+def test_reference_is_the_residual_stack(stack):
+    h = stack.x.astype(np.float64)
+    for w in stack.layers:
+        h = h + h @ w
+    assert np.allclose(decode.reference(stack), h)
+
+
+def test_relative_error():
+    assert decode.relative_error([1.0, 0.0], [1.0, 0.0]) == 0.0
+    assert decode.relative_error([2.0], [1.0]) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="same number"):
+        decode.relative_error([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="zeros"):
+        decode.relative_error([1.0], [0.0])
+
+
+def test_int8_quantizer_round_trip_error_is_half_a_step(stack):
+    w = stack.layers[0]
+    q, scale, zp = decode.quantize_int8(w)
+    assert q.dtype == np.uint8 and q.shape == w.shape and scale.shape == zp.shape == (64,)
+    back = decode.dequantize_int8(q, scale, zp)
+    assert np.all(np.abs(back - w) <= scale / 2 + 1e-6)
+    with pytest.raises(ValueError, match="2-D"):
+        decode.quantize_int8(np.zeros(3))
+
+
+def test_int4_quantizer_round_trip_matches_blocks(stack):
+    w = stack.layers[0]
+    packed, scales = decode.quantize_int4(w, block_size=32)
+    assert packed.shape == (64, 2, 16) and scales.shape == (64, 2)
+    back = decode.dequantize_int4(packed, scales)
+    assert back.shape == w.shape
+    step = np.repeat(np.abs(scales), 32, axis=1).T  # (K, N) step size of each weight's block
+    ratio = np.abs(back - w) / step
+    # symmetric int4 spans -8..7: rounding costs <= half a step, except the block's extreme may clip to 7
+    assert ratio.max() <= 1.0 + 1e-6 and ratio.mean() == pytest.approx(0.25, abs=0.03)
+    with pytest.raises(ValueError, match="block_size"):
+        decode.quantize_int4(w, block_size=24)
+    with pytest.raises(ValueError, match="multiple"):
+        decode.quantize_int4(np.zeros((48, 8), np.float32), block_size=32)
+
+
+def test_every_cpu_path_matches_the_oracle_within_tolerance(stack):
+    paths = decode.decode_paths(stack, threads=1)
+    assert set(paths) == {"fp32 numpy", "fp32 torch", "int8 ORT MatMulInteger", "int4 ORT MatMulNBits"}
+    errors = decode.check_paths(paths, stack)
+    assert errors["fp32 numpy"] < 1e-5 and errors["fp32 torch"] < 1e-5
+    assert 0 < errors["int8 ORT MatMulInteger"] < decode.TOLERANCE["int8"]
+    assert errors["int8 ORT MatMulInteger"] < errors["int4 ORT MatMulNBits"] < decode.TOLERANCE["int4"]
+    assert paths["int4 ORT MatMulNBits"].weight_bytes == stack.n_params / 2
+
+
+def test_int4_kernel_computes_what_its_dequantized_weights_say(stack):
+    """Kernel check apart from quantization: ORT's int4 stack vs the same stack with dequantized weights."""
+    import dataclasses
+
+    deq = tuple(decode.dequantize_int4(*decode.quantize_int4(w)) for w in stack.layers)
+    expected = decode.reference(dataclasses.replace(stack, layers=deq))
+    session = decode.ort_session(decode.int4_model_bytes(stack), threads=1)
+    # accuracy_level 4 rounds activations to int8 too: agreement to ~1%, not to float precision
+    assert decode.relative_error(decode.ort_step(session, stack)(), expected) < 0.02
+
+
+def test_check_paths_names_a_path_beyond_tolerance(stack):
+    bad = {"broken": decode.DecodePath("broken", "int8", lambda: np.zeros(64), 1.0)}
+    with pytest.raises(ValueError, match="broken"):
+        decode.check_paths(bad, stack)
+
+
+def test_time_paths_reports_ratios_and_gbs(stack):
+    paths = decode.decode_paths(stack, threads=1)
+    result = decode.time_paths(paths, repeats=2)
+    assert result.best_fp32 in ("fp32 numpy", "fp32 torch")
+    assert result.speedup(result.best_fp32) == pytest.approx(1.0)
+    assert result.best("int4") == "int4 ORT MatMulNBits"
+    assert all(result.achieved_gbs(k) > 0 for k in paths)
+    assert "vs best fp32" in result.table()
+
+
+def test_ort_session_thread_count_is_explicit(stack):
+    session = decode.ort_session(decode.int8_model_bytes(stack), threads=1)
+    assert session.get_session_options().intra_op_num_threads == 1
+    with pytest.raises(ValueError, match="threads"):
+        decode.ort_session(b"", threads=0)
+
+
+def test_memory_or_compute_verdict():
+    assert decode.memory_or_compute(20.0, 25.0) == "memory"
+    assert decode.memory_or_compute(5.0, 25.0) == "compute"
+    with pytest.raises(ValueError, match="bandwidth_gbs"):
+        decode.memory_or_compute(5.0, 0)
+
+
+def test_torch_step_dtype_and_cuda_paths_on_cpu(stack, monkeypatch):
+    """GPU paths move weights with .to(device); a fake 'cuda' that maps to the CPU exercises them."""
+    import torch
+
+    with pytest.raises(ValueError, match="dtype"):
+        decode.torch_step(stack, "cpu", "int8")
+    monkeypatch.setattr(bench, "resolve_device", lambda device="auto": str(device).replace("auto", "cuda"))
+    real_to = torch.Tensor.to
+
+    def fake_to(self, *args, **kwargs):
+        kwargs.pop("device", None)
+        args = tuple(a for a in args if a != "cuda")
+        return real_to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", fake_to)
+    paths = decode.decode_paths(stack, device="cuda", threads=1)
+    assert {"fp32 torch cuda", "fp16 torch cuda"} <= set(paths)
+    assert paths["fp16 torch cuda"].precision == "fp16"
+    y = paths["fp32 torch cuda"].fn()
+    assert decode.relative_error(y, decode.reference(stack)) < 1e-5

@@ -62,6 +62,8 @@ def _llc_bytes() -> int:
 DECODE = [("int8 decode GEMV / best fp32", 2.5), ("int4 decode GEMV / best fp32", 3.5)]
 BATCHING = [("best batched throughput / batch 1", 10.0)]
 ORT = [("ORT / torch eager at batch 1", None)]
+FUSION = [("fused / unfused elementwise chain", 2.0)]
+PROFILING = [("profiling lesson's fix / slow pipeline", 2.0)]
 
 
 def setup_decode(quick: bool) -> Setup:
@@ -124,9 +126,60 @@ def setup_ort(quick: bool) -> Setup:
                  [Comparison(name, goal, ["torch eager"], ["ORT"], note)])
 
 
+def setup_fusion(quick: bool) -> Setup:
+    """Lesson 5: the elementwise chain eager (a memory pass per op) vs fused (torch.compile, ORT if there)."""
+    fusion = need("fusion", "chain", "Chain", "chain_inputs")
+    import torch
+
+    rows = 4096 if quick else 8192  # 64 / 128 MB per fp32 tensor: memory-bound, far beyond the caches
+    inputs = fusion.chain_inputs(rows, 4096)
+    args = (inputs["x"], inputs["bias"], inputs["residual"], inputs["scale"])
+    compiled = torch.compile(fusion.chain)
+    with torch.inference_mode():
+        reference = fusion.chain(*args)
+        compiled(*args)  # the first call compiles (seconds); the lesson shows that time separately
+    fns = {"torch eager": lambda: fusion.chain(*args), "torch.compile": lambda: compiled(*args)}
+    try:
+        ort = need("ort", "export_onnx", "make_session")
+        module = fusion.Chain(inputs["bias"], inputs["scale"])
+        session = ort.make_session(ort.export_onnx(module, (inputs["x"], inputs["residual"])),
+                                   threads=torch.get_num_threads())
+        names = [i.name for i in session.get_inputs()]
+        feed = {names[0]: inputs["x"].numpy(), names[1]: inputs["residual"].numpy()}
+        got = session.run(None, feed)[0]
+        if float(abs(torch.from_numpy(got) - reference).max()) < 1e-3:
+            fns["ORT"] = lambda: session.run(None, feed)
+    except Unavailable:
+        pass
+
+    def check(fn):
+        with torch.inference_mode():
+            return float((fn() - reference).abs().max())
+
+    if check(fns["torch.compile"]) > 1e-3:
+        raise ValueError("torch.compile's chain disagrees with eager beyond 1e-3")
+    (name, goal), = FUSION
+    note = (f"hwopt.fusion.chain (gelu(x + bias) + residual) * scale on {rows}x4096 fp32; "
+            f"fused = faster of {', '.join(k for k in fns if k != 'torch eager')}")
+    return Setup(fns, [Comparison(name, goal, ["torch eager"], [k for k in fns if k != "torch eager"], note)])
+
+
+def setup_profiling(quick: bool) -> Setup:
+    """Lesson 6: the lesson's pipeline as first written vs after the fix its profile points to."""
+    profiling = need("profiling", "make_pipeline", "slow_pipeline", "fixed_pipeline")
+    pipeline = profiling.make_pipeline()
+    (name, goal), = PROFILING
+    note = "hwopt.profiling.make_pipeline(): slow_pipeline vs fixed_pipeline"
+    return Setup({"slow pipeline": lambda: profiling.slow_pipeline(pipeline),
+                  "fixed pipeline": lambda: profiling.fixed_pipeline(pipeline)},
+                 [Comparison(name, goal, ["slow pipeline"], ["fixed pipeline"], note)])
+
+
 EFFECTS: list[tuple[Callable[[bool], Setup], list[tuple[str, float | None]]]] = [
     (setup_decode, DECODE),
     (setup_batching, BATCHING),
+    (setup_fusion, FUSION),
+    (setup_profiling, PROFILING),
     (setup_ort, ORT),
 ]
 

@@ -1,0 +1,183 @@
+"""The machine card: this machine's hardware, measured ceilings, ridge points and the closest chips.
+
+`machine_card(probe=True)` in a notebook cell shows it; `python -m hwopt info [--probe] [--json]` prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from hwopt import hardware, roofline, specs
+
+
+def _tokens(text: str) -> set[str]:
+    return set(re.split(r"[\s\-_/(),]+", text.lower())) - {""}
+
+
+def spec_for_device_name(device_name: str, chips=None) -> specs.Chip | None:
+    """The table row for a device name such as 'NVIDIA A100-SXM4-80GB' or 'Tesla T4' (None if absent)."""
+    if not isinstance(device_name, str):
+        raise ValueError(f"device_name must be a str; got {device_name!r}")
+    have = _tokens(device_name)
+    best, best_score = None, 0
+    for chip in specs.load_chips() if chips is None else chips:
+        model = _tokens(chip.name.removeprefix(chip.vendor)) - {"sxm", "pcie", "80gb", "40gb"}
+        if model and model <= have and len(model) > best_score:
+            best, best_score = chip, len(model)
+    return best
+
+
+def format_flops(flops: float) -> str:
+    """'130 GFLOP/s', '1.2 TFLOP/s' ... from FLOP/s."""
+    for scale, unit in ((1e15, "PFLOP/s"), (1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1e6, "MFLOP/s")):
+        if flops >= scale:
+            return f"{flops / scale:.3g} {unit}"
+    return f"{flops:.3g} FLOP/s"
+
+
+@dataclass
+class MachineCard:
+    """Hardware, optional measured ceilings, ridge points, closest chips; prints as text, dumps as JSON."""
+
+    machine: hardware.MachineInfo
+    device: str
+    device_spec: specs.Chip | None = None
+    bandwidth_gbs: float | None = None
+    flops_by_dtype: dict[str, float] = field(default_factory=dict)
+    closest: list[tuple[specs.Chip, float]] = field(default_factory=list)
+    closest_basis: str = ""
+
+    @property
+    def measured(self) -> bool:
+        """True when the ceilings come from a live probe."""
+        return self.bandwidth_gbs is not None
+
+    def ridge_points(self) -> dict[str, float]:
+        """Measured ridge point (FLOP/byte) per dtype: measured FLOP/s / measured bandwidth."""
+        if not self.measured:
+            return {}
+        bw = self.bandwidth_gbs
+        return {d: roofline.ridge_point(f, bw) for d, f in self.flops_by_dtype.items() if f > 0}
+
+    def ceilings(self) -> list[roofline.Ceiling]:
+        """Measured roofs per dtype for roofline.plot_roofline ([] without a probe)."""
+        if not self.measured:
+            return []
+        return [roofline.Ceiling(f"{self.device} {d} (measured)", f, self.bandwidth_gbs, measured=True)
+                for d, f in self.flops_by_dtype.items() if f > 0]
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict of everything on the card."""
+        return {
+            "machine": self.machine.to_dict(),
+            "simd_meaning": self.machine.simd_meaning(),
+            "device": self.device,
+            "device_spec": self.device_spec.to_dict() if self.device_spec else None,
+            "measured": {"bandwidth_gbs": self.bandwidth_gbs, "flops_by_dtype": dict(self.flops_by_dtype),
+                         "ridge_flop_per_byte": self.ridge_points()} if self.measured else None,
+            "closest_chips": [{"name": c.name, "kind": c.kind, "bandwidth_gbs": c.bandwidth_gbs,
+                               "fp32_tflops": c.fp32_tflops, "log10_distance": round(d, 3),
+                               "source_url": c.source_url} for c, d in self.closest],
+            "closest_basis": self.closest_basis,
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """The card as a JSON string."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def render(self) -> str:
+        """The card as plain text."""
+        lines = ["Machine card", "=" * 12, self.machine.summary(), "What the SIMD set means for ML:"]
+        lines += [f"  - {s}" for s in self.machine.simd_meaning()]
+        lines.append(f"\nDevice: {self.device}")
+        if self.device_spec:
+            c = self.device_spec
+            lines.append(f"  spec sheet ({c.name}): {c.bandwidth_gbs:g} GB/s"
+                         + "".join(f", {d} {format_flops(c.peak_flops(d))}" for d in ("float32", "bfloat16")
+                                   if c.has_dtype(d)))
+        if self.measured:
+            lines.append(f"Measured ceilings on {self.device}:")
+            spec = self.device_spec
+            frac = f"  ({self.bandwidth_gbs / spec.bandwidth_gbs:.0%} of spec)" if spec else ""
+            lines.append(f"  memory bandwidth  {self.bandwidth_gbs:8.1f} GB/s{frac}")
+            ridges = self.ridge_points()
+            for dtype, flops in self.flops_by_dtype.items():
+                frac = ""
+                if spec and spec.has_dtype(dtype):
+                    frac = f"  ({flops / spec.peak_flops(dtype):.0%} of spec)"
+                ridge = f"ridge {ridges[dtype]:6.2f} FLOP/byte" if dtype in ridges else "not measured"
+                lines.append(f"  matmul {dtype:<10} {format_flops(flops):>14}   {ridge}{frac}")
+            lines.append("  Kernels below the ridge point are memory-bound here; above it, compute-bound.")
+        else:
+            lines.append("Not measured: run with probe=True (CLI: --probe) for bandwidth and matmul FLOP/s.")
+        if self.closest:
+            lines.append(f"\nClosest chips in data/chips.csv ({self.closest_basis}):")
+            for chip, dist in self.closest:
+                fp32 = f", fp32 {chip.fp32_tflops:g} TFLOP/s" if chip.fp32_tflops else ""
+                lines.append(f"  {chip.name:<28} {chip.kind:<11} {chip.bandwidth_gbs:7g} GB/s{fp32}"
+                             f"   ~{10 ** dist:.3g}x away")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(self.render())
+
+
+def _default_probe(device: str, dtypes, quick: bool):
+    from hwopt import probe as probe_module
+
+    return probe_module.probe(device=device, dtypes=dtypes, quick=quick)
+
+
+def machine_card(probe: bool = False, device: str = "auto", dtypes=None, quick: bool = True,
+                 n_closest: int = 3, probe_fn=None, machine=None) -> MachineCard:
+    """Build the card; probe=True measures bandwidth and matmul FLOP/s on device (quick: seconds per dtype).
+
+    dtypes: matmul dtypes to probe (None: the probe's defaults for the device);
+    probe_fn(device, dtypes, quick) replaces hwopt.probe.probe (tests); machine replaces hardware.machine().
+    """
+    from hwopt import bench
+
+    if not isinstance(probe, bool):
+        raise ValueError(f"probe must be True or False; got {probe!r}")
+    if dtypes is not None:
+        from hwopt.probe import canonical_dtype
+
+        if isinstance(dtypes, str) or not dtypes:
+            raise ValueError(f"dtypes must be None or a non-empty list like ['float32']; got {dtypes!r}")
+        dtypes = [canonical_dtype(d) for d in dtypes]
+    if isinstance(n_closest, bool) or not isinstance(n_closest, int) or n_closest < 0:
+        raise ValueError(f"n_closest must be a non-negative integer; got {n_closest!r}")
+    dev = bench.resolve_device(device)
+    info = machine or hardware.machine()
+    spec = None
+    chips = specs.load_chips()
+    if dev.startswith("cuda") and info.gpus:
+        index = int(dev.split(":")[1]) if ":" in dev else 0
+        name = info.gpus[min(index, len(info.gpus) - 1)].name
+        spec = spec_for_device_name(name, [c for c in chips if c.kind == "gpu"])
+    elif dev == "mps":  # Apple's rows hold the GPU's numbers
+        spec = spec_for_device_name(info.cpu_model, [c for c in chips if c.vendor == "Apple"])
+    elif dev == "cpu":
+        spec = spec_for_device_name(info.cpu_model, [c for c in chips if c.kind == "cpu"])
+    card = MachineCard(machine=info, device=dev, device_spec=spec)
+    if probe:
+        result = (probe_fn or _default_probe)(dev, dtypes, quick)
+        card.bandwidth_gbs = float(result.bandwidth_gbs)
+        card.flops_by_dtype = {str(k): float(v) for k, v in result.flops_by_dtype.items()}
+    fp32 = card.flops_by_dtype.get("float32")
+    if n_closest == 0:
+        pass
+    elif card.measured:
+        card.closest = specs.closest_chips(card.bandwidth_gbs, fp32 if fp32 else None, n=n_closest)
+        card.closest_basis = "measured bandwidth" + (" and float32 matmul FLOP/s" if fp32 else "")
+    elif spec is not None:
+        card.closest = [(c, d) for c, d in specs.closest_chips(
+            spec.bandwidth_gbs, spec.peak_flops() if spec.has_dtype("float32") else None, n=n_closest + 1)
+            if c.name != spec.name][:n_closest]
+        card.closest_basis = f"spec-sheet neighbours of {spec.name}"
+    return card

@@ -29,12 +29,12 @@ def spec_for_device_name(device_name: str, chips=None) -> specs.Chip | None:
     return best
 
 
-def format_flops(flops: float) -> str:
-    """'130 GFLOP/s', '1.2 TFLOP/s' ... from FLOP/s."""
-    for scale, unit in ((1e15, "PFLOP/s"), (1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1e6, "MFLOP/s")):
+def format_flops(flops: float, unit: str = "FLOP/s") -> str:
+    """'130 GFLOP/s', '1.2 TFLOP/s' ... from FLOP/s (unit='OP/s' for integer ops)."""
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
         if flops >= scale:
-            return f"{flops / scale:.3g} {unit}"
-    return f"{flops:.3g} FLOP/s"
+            return f"{flops / scale:.3g} {prefix}{unit}"
+    return f"{flops:.3g} {unit}"
 
 
 @dataclass
@@ -108,7 +108,8 @@ class MachineCard:
                 if spec and spec.has_dtype(dtype):
                     frac = f"  ({flops / spec.peak_flops(dtype):.0%} of spec)"
                 ridge = f"ridge {ridges[dtype]:6.2f} FLOP/byte" if dtype in ridges else "not measured"
-                lines.append(f"  matmul {dtype:<10} {format_flops(flops):>14}   {ridge}{frac}")
+                unit = "OP/s" if dtype.startswith("int") else "FLOP/s"
+                lines.append(f"  matmul {dtype:<10} {format_flops(flops, unit):>14}   {ridge}{frac}")
             lines.append("  Kernels below the ridge point are memory-bound here; above it, compute-bound.")
         else:
             lines.append("Not measured: run with probe=True (CLI: --probe) for bandwidth and matmul FLOP/s.")

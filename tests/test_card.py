@@ -63,6 +63,7 @@ def test_format_flops_picks_the_unit():
     assert card_module.format_flops(5e9) == "5 GFLOP/s"
     assert card_module.format_flops(2e15) == "2 PFLOP/s"
     assert card_module.format_flops(3e6) == "3 MFLOP/s" and card_module.format_flops(12.0) == "12 FLOP/s"
+    assert card_module.format_flops(2.3e11, "OP/s") == "230 GOP/s"
 
 
 # --- building the card ------------------------------------------------------------------------------------
@@ -88,6 +89,7 @@ def test_card_with_fake_probe_computes_ridges_and_closest_chips(here):
     assert [ch.name for ch, _ in c.closest] == [ch.name for ch, _ in expected]
     text = str(c)
     assert "24.0 GB/s" in text and "120 GFLOP/s" in text and "ridge   5.00 FLOP/byte" in text
+    assert "230 GOP/s" in text
     assert "Closest chips" in text and expected[0][0].name in text
     d = json.loads(c.to_json())
     assert d["measured"]["ridge_flop_per_byte"]["float32"] == pytest.approx(5.0)

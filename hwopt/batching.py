@@ -266,3 +266,18 @@ def budget_report(sweep: BatchSweep, budget_ms: float) -> str:
         smallest, lat = min(zip(sweep.batch_sizes, sweep.latencies_ms, strict=True))
         return f"budget {budget_ms:g} ms: nothing fits (batch {smallest} already takes {lat:.2f} ms)"
     return f"budget {budget_ms:g} ms: largest batch that fits = {best}, throughput {rate:,.0f} items/s"
+
+
+def budget_explorer(sweep: BatchSweep, fit: LatencyFit | None = None):
+    """A latency-budget slider (ms) -> the largest batch that fits and its throughput, marked on curves."""
+    from hwopt import widgets
+
+    lo, hi = min(sweep.latencies_ms), max(sweep.latencies_ms)
+
+    def show(budget_ms):
+        print(budget_report(sweep, budget_ms))
+        return plot_batch_sweep(sweep, fit, budget_ms=budget_ms)
+
+    start = float(np.sqrt(lo * hi))
+    slider = widgets.log_slider("latency budget", lo / 2, hi * 2, start, unit="ms", steps_per_decade=20)
+    return widgets.explore(show, budget_ms=slider)

@@ -243,3 +243,28 @@ def plot_chip_map(chips: Sequence | None = None, precision: str = "fp16", machin
                         color="grey", rotation=25, ha="center", va="bottom")
     ax.set_ylim(y_lo, y_hi)
     return plots.finish(ax)
+
+
+def cost_explorer(chips: Sequence | None = None):
+    """Sliders (parameters, batch size, precision) -> the cost table and bars, cheapest chip highlighted."""
+    from hwopt import widgets
+
+    if chips is None:
+        from hwopt import specs
+
+        chips = specs.load_chips()
+
+    def show(params, batch_size, precision):
+        rows = estimate(params, batch_size, precision, chips)
+        print(cost_report(params, batch_size, precision, chips))
+        if best_chip(rows) is None:
+            print("No priced chip in the table can hold these weights: try fewer parameters or bytes.")
+            return None
+        return plot_costs(rows, title=f"{params / 1e6:,.0f}M params, batch {batch_size}, {precision}")
+
+    return widgets.explore(
+        show,
+        params=widgets.log_slider("parameters", 1e6, 1e11, 1e9, unit="count"),
+        batch_size=widgets.dropdown("batch size", [2**i for i in range(11)], 1),
+        precision=widgets.toggle("precision", list(BYTES_PER_WEIGHT), "fp16"),
+    )

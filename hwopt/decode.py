@@ -372,3 +372,40 @@ def memory_or_compute(achieved_gbs: float, bandwidth_gbs: float, threshold: floa
     _positive("achieved_gbs", achieved_gbs)
     _positive("bandwidth_gbs", bandwidth_gbs)
     return "memory" if achieved_gbs >= threshold * bandwidth_gbs else "compute"
+
+
+PRECISION_CHOICES = (("fp32 (4 bytes)", 4.0), ("fp16/bf16 (2 bytes)", 2.0), ("int8 (1 byte)", 1.0),
+                     ("int4 (0.5 byte)", 0.5))
+
+
+def speed_explorer(measured_bandwidth_gbs: float | None = None, chips=None):
+    """Sliders (parameters, bytes per weight, chip) -> model size and bandwidth-bound tokens/s."""
+    from hwopt import plots, widgets
+
+    if chips is None:
+        from hwopt import specs
+
+        chips = specs.load_chips()
+    bandwidth = {c.name: c.bandwidth_gbs for c in chips}
+    options = [(f"{c.name} ({c.bandwidth_gbs:g} GB/s)", c.name) for c in chips]
+    if measured_bandwidth_gbs is not None:
+        _positive("measured_bandwidth_gbs", measured_bandwidth_gbs)
+        bandwidth["this machine"] = float(measured_bandwidth_gbs)
+        options.insert(0, (f"this machine, measured ({measured_bandwidth_gbs:.1f} GB/s)", "this machine"))
+
+    def show(params, bytes_per_weight, chip):
+        print(size_and_speed_report(params, bytes_per_weight, bandwidth[chip]))
+        labels = [label.split(" (")[0] for label, _ in PRECISION_CHOICES]
+        rates = [tokens_per_s_estimate(params, b, bandwidth[chip]) for _, b in PRECISION_CHOICES]
+        ax = plots.axes("precision", "tokens/s (upper bound)", title=f"{params / 1e9:g}B params on {chip}",
+                        figsize=(6.0, 3.2))
+        colors = [plots.color(1) if b == bytes_per_weight else plots.color(0) for _, b in PRECISION_CHOICES]
+        ax.bar(labels, rates, color=colors)
+        return plots.finish(ax)
+
+    return widgets.explore(
+        show,
+        params=widgets.log_slider("parameters", 1e8, 1e12, 7e9, unit="count"),
+        bytes_per_weight=widgets.dropdown("precision", PRECISION_CHOICES, 2.0),
+        chip=widgets.dropdown("chip", options),
+    )

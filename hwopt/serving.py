@@ -192,3 +192,28 @@ def simulate_generation(lengths, max_batch_size: int, step_overhead_ms: float, s
     tokens = int(lengths.sum())
     return GenerationStats(total_ms=t, tokens_per_s=tokens / (t / 1000.0),
                            mean_finish_ms=float(finish.mean()), slot_utilization=tokens / slot_steps)
+
+
+def serving_explorer(overhead_ms: float, per_item_ms: float, seed: int = 0):
+    """Sliders (arrival rate, max batch, max wait) -> p50/p99 latency and throughput on a batch cost model."""
+    from hwopt import widgets
+
+    _check("overhead_ms", overhead_ms, strict=False)
+    _check("per_item_ms", per_item_ms)
+    one_at_a_time = 1000.0 / (overhead_ms + per_item_ms)
+    ceiling = 1000.0 / per_item_ms
+
+    def show(arrival_rate_per_s, max_batch_size, max_wait_ms):
+        print(serving_report(arrival_rate_per_s, max_batch_size, max_wait_ms, overhead_ms, per_item_ms, seed))
+        stats = simulate_dynamic_batching(arrival_rate_per_s, max_batch_size, max_wait_ms, overhead_ms,
+                                          per_item_ms, seed=seed)
+        return plot_latency_histogram(stats, label=f"{arrival_rate_per_s:,.0f} requests/s, dynamic batching")
+
+    return widgets.explore(
+        show,
+        arrival_rate_per_s=widgets.log_slider("arrival rate", one_at_a_time / 10, ceiling, one_at_a_time * 2,
+                                              unit="requests/s"),
+        max_batch_size=widgets.dropdown("max batch", [2**i for i in range(10)], 32),
+        max_wait_ms=widgets.float_slider("max wait", 0.0, max(1.0, 10 * overhead_ms), 2 * overhead_ms,
+                                         unit="ms"),
+    )

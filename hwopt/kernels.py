@@ -1,0 +1,86 @@
+"""Measured kernels as roofline points (lessons 1-2): matmul throughput vs size, GEMM, GEMV and elementwise.
+
+Timing and probing come from hwopt.probe / hwopt.bench; this module turns their numbers into FLOP/s per size
+and into roofline.KernelPoint objects with the intensity formulas of hwopt.roofline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from hwopt import plots, probe, roofline
+
+MATMUL_SIZES: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048)
+
+
+def matmul_sweep(sizes: Sequence[int] = MATMUL_SIZES, device="cpu", dtype="float32",
+                 progress: bool = True) -> list[float]:
+    """Best measured FLOP/s (2 n^3 per product) of an n x n matmul at each size, via probe.matmul_flops."""
+    from tqdm.auto import tqdm
+
+    sizes = list(sizes)
+    if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
+        raise ValueError(f"sizes must be a non-empty list of positive integers; got {sizes!r}")
+    return [probe.matmul_flops(dtype, device, n=n)
+            for n in tqdm(sizes, desc=f"matmul sizes on {device}", disable=not progress)]
+
+
+def predicted_matmul_flops(n: int, peak_flops: float, bandwidth_gbs: float, bytes_per_element: float = 4.0
+                           ) -> float:
+    """Roofline prediction for an n x n matmul: min(peak, intensity x bandwidth) FLOP/s (no overheads)."""
+    intensity = roofline.intensity_gemm(n, n, n, bytes_per_element)
+    return float(roofline.attainable_flops(intensity, peak_flops, bandwidth_gbs))
+
+
+def plot_matmul_sweep(sizes: Sequence[int], flops_by_device: Mapping[str, Sequence[float]],
+                      predicted: Sequence[float] | None = None, ax=None):
+    """Measured GFLOP/s vs matrix size per device (log-log), optionally with the roofline prediction."""
+    if not flops_by_device:
+        raise ValueError("flops_by_device must map at least one device to its FLOP/s per size")
+    ax = plots.axes("matrix size n (n x n @ n x n)", "throughput (GFLOP/s)", logx=True, logy=True, ax=ax,
+                    title="Matmul throughput vs size")
+    for i, (device, flops) in enumerate(flops_by_device.items()):
+        if len(flops) != len(sizes):
+            raise ValueError(f"flops_by_device[{device!r}] must have one value per size ({len(sizes)})")
+        ax.plot(sizes, np.asarray(flops) / 1e9, "o-", color=plots.color(i), label=f"measured on {device}")
+    if predicted is not None:
+        ax.plot(sizes, np.asarray(predicted) / 1e9, "--", color="grey",
+                label="roofline prediction (no overhead)")
+    ax.set_xscale("log", base=2)
+    return plots.finish(ax)
+
+
+def gemm_point(n: int, flops: float, bytes_per_element: float = 4.0) -> roofline.KernelPoint:
+    """KernelPoint of an n x n x n matmul that achieved `flops` FLOP/s."""
+    return roofline.KernelPoint(f"GEMM n={n}", roofline.intensity_gemm(n, n, n, bytes_per_element), flops)
+
+
+def gemv_point(rows: int, cols: int, seconds: float, bytes_per_weight: float = 4.0, label: str | None = None,
+               layers: int = 1) -> roofline.KernelPoint:
+    """KernelPoint of `layers` GEMVs (rows x cols weights each) that took `seconds` in all."""
+    flop, _ = roofline.flops_bytes_gemv(rows, cols, bytes_per_weight=bytes_per_weight)
+    if not seconds > 0:
+        raise ValueError(f"seconds must be > 0; got {seconds!r}")
+    intensity = roofline.intensity_gemv(rows, cols, bytes_per_weight)
+    return roofline.KernelPoint(label or f"GEMV {rows}x{cols}", intensity, layers * flop / seconds)
+
+
+def triad_point(bandwidth_gbs: float) -> roofline.KernelPoint:
+    """KernelPoint of the elementwise triad a = b + 3c (2 FLOP per 12 bytes) streamed at bandwidth_gbs."""
+    intensity = roofline.intensity_elementwise(flops_per_element=2.0)
+    if not bandwidth_gbs > 0:
+        raise ValueError(f"bandwidth_gbs must be > 0; got {bandwidth_gbs!r}")
+    return roofline.KernelPoint("elementwise a = b + 3c", intensity, intensity * bandwidth_gbs * 1e9)
+
+
+def intensity_table(points: Sequence[roofline.KernelPoint], peak_flops: float, bandwidth_gbs: float) -> str:
+    """Text table: intensity (FLOP/byte), achieved GFLOP/s, the roofline's attainable GFLOP/s, verdict."""
+    lines = [f"{'kernel':28s} {'FLOP/byte':>10s} {'GFLOP/s':>9s} {'roof':>9s} {'of roof':>8s}  bound"]
+    for p in points:
+        roof = float(roofline.attainable_flops(p.intensity, peak_flops, bandwidth_gbs))
+        verdict = roofline.bound(p.intensity, peak_flops, bandwidth_gbs)
+        lines.append(f"{p.label[:28]:28s} {p.intensity:10.2f} {p.achieved_flops / 1e9:9.1f} "
+                     f"{roof / 1e9:9.1f} {p.achieved_flops / roof:8.0%}  {verdict}")
+    return "\n".join(lines)

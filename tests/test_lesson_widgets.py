@@ -1,0 +1,59 @@
+"""Lessons 1-3 sliders: each explorer is wired to its pure function; moving a control re-runs it."""
+
+import pytest
+
+from hwopt import batching, bench, costs, decode, serving
+
+
+@pytest.fixture
+def shown(monkeypatch):
+    from hwopt import widgets
+
+    out = []
+    monkeypatch.setattr(widgets, "display", out.append)
+    return out
+
+
+def test_cost_explorer_follows_the_controls(shown, capsys):
+    box = costs.cost_explorer()
+    assert set(box.controls) == {"params", "batch_size", "precision"}
+    box.controls["precision"].value = "int4"
+    box.controls["batch_size"].value = 64
+    text = capsys.readouterr().out
+    assert "batch 64, int4" in text and "<- best" in text
+    assert len(shown) == 3  # one figure per run: initial, precision, batch
+    box.controls["params"].value = 1e11
+    box.controls["precision"].value = "fp32"  # 400 GB of weights: nothing priced holds it
+    assert "No priced chip" in capsys.readouterr().out
+
+
+def test_speed_explorer_offers_the_measured_machine(shown, capsys):
+    box = decode.speed_explorer(measured_bandwidth_gbs=20.0)
+    assert box.controls["chip"].value == "this machine"
+    box.controls["bytes_per_weight"].value = 0.5
+    assert "at most 5.7 tokens/s" in capsys.readouterr().out.splitlines()[-1]  # 20 GB/s / 3.5 GB
+    box.controls["chip"].value = "NVIDIA H100 SXM"
+    assert "3,350 GB/s" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="measured_bandwidth_gbs"):
+        decode.speed_explorer(measured_bandwidth_gbs=0.0)
+
+
+def test_budget_explorer_marks_the_best_batch(shown, capsys):
+    m = [bench.Measurement(f"batch {b}", (t / 1e3,)) for b, t in ((1, 1.0), (8, 2.0), (64, 10.0))]
+    sweep = batching.BatchSweep((1, 8, 64), tuple(m))
+    box = batching.budget_explorer(sweep)
+    box.controls["budget_ms"].value = 2.5
+    assert "largest batch that fits = 8" in capsys.readouterr().out.splitlines()[-1]
+    box.controls["budget_ms"].value = 0.6
+    assert "nothing fits" in capsys.readouterr().out
+
+
+def test_serving_explorer_reports_both_policies(shown, capsys):
+    box = serving.serving_explorer(2.0, 0.1)
+    box.controls["max_batch_size"].value = 1
+    text = capsys.readouterr().out
+    assert "dynamic batching (max 1" in text and "one request at a time" in text
+    box.controls["arrival_rate_per_s"].value = 100.0
+    assert "p99" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="per_item_ms"):
+        serving.serving_explorer(1.0, 0.0)

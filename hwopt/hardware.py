@@ -216,13 +216,13 @@ def cuda_gpus() -> list[GPUInfo]:
         import torch
     except ImportError:
         return []
-    if not torch.cuda.is_available():
+    try:
+        if not torch.cuda.is_available():
+            return []
+        props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
+    except RuntimeError:  # a broken driver install: report no GPU rather than fail
         return []
-    gpus = []
-    for i in range(torch.cuda.device_count()):
-        p = torch.cuda.get_device_properties(i)
-        gpus.append(GPUInfo(i, p.name, p.total_memory / GIB, f"{p.major}.{p.minor}"))
-    return gpus
+    return [GPUInfo(i, p.name, p.total_memory / GIB, f"{p.major}.{p.minor}") for i, p in enumerate(props)]
 
 
 def mps_available() -> bool:

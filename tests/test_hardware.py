@@ -165,6 +165,17 @@ def test_cuda_gpus_empty_without_gpu_or_without_torch(monkeypatch):
     assert set(hardware.torch_info().values()) == {None}
 
 
+def test_cuda_gpus_broken_driver_reports_no_gpu(monkeypatch):
+    fake = _fake_torch()
+
+    def broken():
+        raise RuntimeError("CUDA driver version is insufficient")
+
+    fake.cuda.is_available = broken
+    monkeypatch.setitem(__import__("sys").modules, "torch", fake)
+    assert hardware.cuda_gpus() == []
+
+
 def test_mps_and_torch_info_from_fake_torch(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "torch", _fake_torch(mps=True))
     assert hardware.mps_available() is True

@@ -30,7 +30,9 @@ DEFAULT_DTYPES = {
     "cuda": ("float32", "bfloat16", "float16", "int8"),
     "mps": ("float32", "float16"),
 }
-MATMUL_BUDGET_S = {True: 3.0, False: 12.0}  # seconds per dtype for the size sweep: quick, full
+MATMUL_BUDGET_S = {True: 3.0, False: 15.0}  # seconds per dtype for the size sweep: quick, full
+REPEATS = {True: 5, False: 7}  # timed repeats per size: quick, full
+KEEP_LIBRARY = 0.8  # a library slower than this fraction of the best is dropped from larger sizes
 MATMUL_MIN_N = 128  # first size of the sweep
 WARMUP = 2  # warm-up calls per library and size; the fastest also sets the calls per repeat
 MATMUL_MAX_N = {
@@ -185,32 +187,38 @@ def matmul_flops(
     if n is not None:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be a positive integer matrix size or None (sweep); got {n!r}")
-        return _best_flops(_matmul_fns(dtype, device, n), device, n, repeats=5 if quick else 9, clock=clock)
+        rates = _flops_by_library(
+            _matmul_fns(dtype, device, n), device, n, WARMUP, REPEATS[bool(quick)], clock
+        )
+        return max(rates.values())
     if budget_s is None:
         budget_s = MATMUL_BUDGET_S[bool(quick)]
     if isinstance(budget_s, bool) or not isinstance(budget_s, int | float) or not budget_s > 0:
         raise ValueError(f"budget_s must be a positive number of seconds; got {budget_s!r}")
-    n_max = MATMUL_MAX_N[device.split(":")[0]][bool(quick)]
-    repeats = 5 if quick else 9
-    start, size, best = clock(), MATMUL_MIN_N, 0.0
+    n_max, repeats = MATMUL_MAX_N[device.split(":")[0]][bool(quick)], REPEATS[bool(quick)]
+    start, size, best, warmup = clock(), MATMUL_MIN_N, 0.0, WARMUP
     fns = _matmul_fns(dtype, device, size)
     while True:
-        best = max(best, _best_flops(fns, device, size, repeats=repeats, clock=clock))
+        rates = _flops_by_library(fns, device, size, warmup, repeats, clock)
+        best = max(best, *rates.values())
         if size * 2 > n_max or clock() - start + 2.0 * (2 * size) ** 3 / best > budget_s:
             return best  # even one call of the next size at the best rate so far would overrun
-        fns = _matmul_fns(dtype, device, 2 * size)
-        trial_s = sum(bench._run(fn, 1, device, clock) for fn in fns.values())  # one call per library
-        if clock() - start + trial_s * (repeats + WARMUP) > budget_s:
-            return best  # one call per library told us the next size would overrun the budget
-        size *= 2
+        keep = {lib for lib, rate in rates.items() if rate >= KEEP_LIBRARY * max(rates.values())}
+        fns = {lib: fn for lib, fn in _matmul_fns(dtype, device, 2 * size).items() if lib in keep}
+        trial_s = sum(bench._run(fn, 1, device, clock) for fn in fns.values())  # also the first warm-up
+        if clock() - start + trial_s * (repeats + WARMUP - 1) > budget_s:
+            return best  # one call per library says the next size would overrun the budget
+        size, warmup = 2 * size, WARMUP - 1
 
 
-def _best_flops(fns: dict[str, Callable[[], object]], device: str, n: int, *, repeats: int, clock) -> float:
-    """Best FLOP/s (2*n^3 per call) among the libraries' n x n matmuls, timed interleaved."""
+def _flops_by_library(
+    fns: dict[str, Callable[[], object]], device: str, n: int, warmup: int, repeats: int, clock
+) -> dict[str, float]:
+    """Best FLOP/s (2*n^3 per call) of each library's n x n matmul, timed interleaved."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bench.NoisyMeasurementWarning)
-        measured = bench.compare(fns, device=device, warmup=WARMUP, repeats=repeats, clock=clock)
-    return 2.0 * n**3 / min(m.min_s for m in measured.values())
+        measured = bench.compare(fns, device=device, warmup=warmup, repeats=repeats, clock=clock)
+    return {lib: 2.0 * n**3 / m.min_s for lib, m in measured.items()}
 
 
 @dataclass(frozen=True)

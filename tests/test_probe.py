@@ -135,6 +135,25 @@ def test_matmul_sweep_stops_at_the_largest_size_on_fast_devices(monkeypatch):
     assert clock.sizes == [128, 256, 512, 1024, 2048]
 
 
+def test_matmul_sweep_drops_a_much_slower_library(monkeypatch):
+    clock, calls = WorkClock(rate=1e12), []
+
+    def fns(dtype, device, n):
+        def run(lib, rate):
+            def matmul():
+                calls.append((lib, n))
+                clock.now += 2.0 * n**3 / rate
+
+            return matmul
+
+        return {"fast": run("fast", 1e12), "slow": run("slow", 0.25e12)}
+
+    monkeypatch.setattr(probe, "_matmul_fns", fns)
+    assert probe.matmul_flops("float32", clock=clock) == pytest.approx(1e12)
+    assert {n for lib, n in calls if lib == "slow"} == {probe.MATMUL_MIN_N}
+    assert max(n for lib, n in calls if lib == "fast") == 2048
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64", "int8"])
 def test_matmul_flops_runs_every_cpu_dtype_quietly(dtype):
     with warnings.catch_warnings():

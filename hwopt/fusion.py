@@ -1,0 +1,164 @@
+"""Fusion: bytes moved by a chain of elementwise ops, unfused vs fused, and the speedup predicted (lesson 5).
+
+The chain is y = (gelu(x + bias) + residual) * scale on x, residual of shape (rows, cols).
+Unfused, each op reads its inputs from memory and writes its output back; fused, one kernel reads x and
+residual once and writes y once. For the 4-op chain: 9 vs 3 tensor passes, a predicted 3x.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hwopt import bench
+
+CHAIN_OPS = 4  # add bias, gelu, add residual, scale
+CHAIN_EXTRA_INPUTS = 1  # residual: a full-size tensor; bias (cols,) and scale (scalar) are negligible
+
+
+def chain(x: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor, scale: float) -> torch.Tensor:
+    """(gelu(x + bias) + residual) * scale; x, residual (rows, cols), bias (cols,)."""
+    return (F.gelu(x + bias) + residual) * scale
+
+
+class Chain(nn.Module):
+    """The chain as a module with its bias and scale inside (for torch.compile and ONNX export)."""
+
+    def __init__(self, bias: torch.Tensor, scale: float):
+        super().__init__()
+        self.bias = nn.Parameter(bias.detach().clone(), requires_grad=False)
+        self.scale = float(scale)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return chain(x, self.bias, residual, self.scale)
+
+
+def chain_inputs(rows: int, cols: int, device: str = "cpu", seed: int = 0) -> dict:
+    """Random inputs for the chain: {'x', 'bias', 'residual', 'scale'} on device, float32."""
+    for name, value in (("rows", rows), ("cols", cols)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "x": torch.randn(rows, cols, generator=g).to(device),
+        "bias": torch.randn(cols, generator=g).to(device),
+        "residual": torch.randn(rows, cols, generator=g).to(device),
+        "scale": 0.5,
+    }
+
+
+def passes(n_ops: int = CHAIN_OPS, extra_inputs: int = CHAIN_EXTRA_INPUTS, *, fused: bool) -> int:
+    """Full-tensor memory passes of a chain of n_ops elementwise ops (one read per input, one write each).
+
+    Unfused: every op reads its input and writes its output (2 * n_ops), plus one read per extra input.
+    Fused: read the input and the extra inputs once, write the output once.
+    """
+    if isinstance(n_ops, bool) or not isinstance(n_ops, int) or n_ops < 1:
+        raise ValueError(f"n_ops must be a positive int, got {n_ops!r}")
+    if isinstance(extra_inputs, bool) or not isinstance(extra_inputs, int) or not 0 <= extra_inputs <= n_ops:
+        raise ValueError(f"extra_inputs must be an int from 0 to n_ops, got {extra_inputs!r}")
+    return (1 + extra_inputs + 1) if fused else (2 * n_ops + extra_inputs)
+
+
+def bytes_moved(
+    n_elements: int,
+    *,
+    fused: bool,
+    n_ops: int = CHAIN_OPS,
+    extra_inputs: int = CHAIN_EXTRA_INPUTS,
+    bytes_per_element: float = 4.0,
+) -> float:
+    """Bytes read + written by the chain on tensors of n_elements each."""
+    if isinstance(n_elements, bool) or not isinstance(n_elements, int) or n_elements < 1:
+        raise ValueError(f"n_elements must be a positive int, got {n_elements!r}")
+    if not bytes_per_element > 0:
+        raise ValueError(f"bytes_per_element must be positive, got {bytes_per_element!r}")
+    return float(passes(n_ops, extra_inputs, fused=fused) * n_elements * bytes_per_element)
+
+
+def predicted_speedup(n_ops: int = CHAIN_OPS, extra_inputs: int = CHAIN_EXTRA_INPUTS) -> float:
+    """Fused over unfused speed when memory traffic is all that matters: unfused bytes / fused bytes."""
+    return passes(n_ops, extra_inputs, fused=False) / passes(n_ops, extra_inputs, fused=True)
+
+
+def predicted_time_ms(n_bytes: float, bandwidth_gbs: float) -> float:
+    """Time to move n_bytes at bandwidth_gbs (the memory roof), milliseconds."""
+    if not n_bytes >= 0:
+        raise ValueError(f"n_bytes must be >= 0, got {n_bytes!r}")
+    if not bandwidth_gbs > 0:
+        raise ValueError(f"bandwidth_gbs must be positive, got {bandwidth_gbs!r}")
+    return n_bytes / (bandwidth_gbs * 1e9) * 1e3
+
+
+def fusion_prediction(size_mb: float, n_ops: int, bandwidth_gbs: float, extra_inputs: int = 1) -> dict:
+    """Slider callback: for tensors of size_mb (fp32) -> unfused/fused MB moved, predicted ms, speedup."""
+    if not size_mb > 0:
+        raise ValueError(f"size_mb must be positive, got {size_mb!r}")
+    extra_inputs = min(extra_inputs, n_ops)
+    n_elements = max(1, int(size_mb * 1e6 / 4))
+    out = {"n_elements": n_elements}
+    for kind, fused in (("unfused", False), ("fused", True)):
+        moved = bytes_moved(n_elements, fused=fused, n_ops=n_ops, extra_inputs=extra_inputs)
+        out[f"{kind}_mb"] = moved / 1e6
+        out[f"{kind}_ms"] = predicted_time_ms(moved, bandwidth_gbs)
+    out["speedup"] = out["unfused_ms"] / out["fused_ms"]
+    return out
+
+
+def plot_fusion_prediction(size_mb: float, n_ops: int, bandwidth_gbs: float, extra_inputs: int = 1, ax=None):
+    """Bars of predicted unfused vs fused time for the slider; returns the Figure."""
+    from hwopt import plots
+
+    p = fusion_prediction(size_mb, n_ops, bandwidth_gbs, extra_inputs)
+    ax = plots.axes(
+        "predicted time at the memory roof (ms)",
+        "variant",
+        title=f"{n_ops} ops on {size_mb:g} MB tensors: fused {p['speedup']:.1f}x faster",
+        ax=ax,
+    )
+    ax.barh([0, 1], [p["unfused_ms"], p["fused_ms"]], color=[plots.color(1), plots.color(2)])
+    ax.set_yticks(
+        [0, 1], [f"unfused ({p['unfused_mb']:.0f} MB moved)", f"fused ({p['fused_mb']:.0f} MB moved)"]
+    )
+    ax.invert_yaxis()
+    return plots.finish(ax)
+
+
+def first_call_s(fn: Callable[[], object], device: str = "cpu") -> float:
+    """Seconds taken by one call of fn, synchronised (a compiled function's first call includes compiling)."""
+    if not callable(fn):
+        raise ValueError(f"fn must be callable with no arguments, got {type(fn).__name__}")
+    bench.sync(device)
+    start = time.perf_counter()
+    fn()
+    bench.sync(device)
+    return time.perf_counter() - start
+
+
+def max_abs_error(candidate: torch.Tensor, reference: torch.Tensor) -> float:
+    """max |candidate - reference| (the eager FP32 result is the reference)."""
+    candidate = torch.as_tensor(candidate).float().cpu()
+    reference = torch.as_tensor(reference).float().cpu()
+    if candidate.shape != reference.shape:
+        raise ValueError(
+            f"shapes differ: candidate {tuple(candidate.shape)} vs reference {tuple(reference.shape)}"
+        )
+    return float((candidate - reference).abs().max())
+
+
+def fusion_explorer(bandwidth_gbs: float):
+    """Sliders (tensor size, ops in the chain) -> predicted unfused vs fused time at bandwidth_gbs."""
+    from hwopt import widgets
+
+    if not bandwidth_gbs > 0:
+        raise ValueError(f"bandwidth_gbs must be positive, got {bandwidth_gbs!r}")
+    return widgets.explore(
+        plot_fusion_prediction,
+        bandwidth_gbs=bandwidth_gbs,
+        size_mb=widgets.log_slider("tensor size", 0.1, 1000.0, 16.0, unit="MB"),
+        n_ops=widgets.int_slider("elementwise ops in the chain", 1, 10, CHAIN_OPS),
+    )

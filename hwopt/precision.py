@@ -1,0 +1,338 @@
+"""Precision: weights at N bits (fake quantization), their error, the accuracy cliff (lesson 4).
+
+Symmetric: q = clamp(round(w / s), -(2^(b-1) - 1), 2^(b-1) - 1), s = max|w| / (2^(b-1) - 1).
+Asymmetric: q = clamp(round(w / s) + z, 0, 2^b - 1), s = (max - min) / (2^b - 1), z = round(-min / s),
+with the range widened to include 0. Per-channel: one scale per output row of a 2-D weight (out, in).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from hwopt.classifier import Digits, accuracy
+
+PRECISION_BITS = {"fp32": 32, "fp16": 16, "bf16": 16, "int8": 8, "int4": 4, "int2": 2}
+TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def bytes_per_weight(precision: str | int) -> float:
+    """Bytes per weight of a precision name ('fp32', 'int4', ...) or a bit width (1..32)."""
+    if isinstance(precision, str):
+        key = precision.lower()
+        if key not in PRECISION_BITS:
+            raise ValueError(
+                f"precision must be one of {sorted(PRECISION_BITS)} or a bit width, got {precision!r}"
+            )
+        return PRECISION_BITS[key] / 8
+    if isinstance(precision, bool) or not isinstance(precision, int) or not 1 <= precision <= 32:
+        raise ValueError(f"precision must be a name or a bit width from 1 to 32, got {precision!r}")
+    return precision / 8
+
+
+def _check_bits(bits: int) -> None:
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 16:
+        raise ValueError(f"bits must be an int from 2 to 16, got {bits!r}")
+
+
+@dataclass(frozen=True)
+class Quantized:
+    """Integer codes q (same shape as w), scale and zero_point broadcastable to q, and the bit width."""
+
+    q: torch.Tensor
+    scale: torch.Tensor
+    zero_point: torch.Tensor
+    bits: int
+
+    def dequantize(self) -> torch.Tensor:
+        """Back to float: (q - zero_point) * scale."""
+        return (self.q - self.zero_point).to(self.scale.dtype) * self.scale
+
+
+def quantize(w: torch.Tensor, bits: int, *, per_channel: bool = False, symmetric: bool = True) -> Quantized:
+    """Quantize a float tensor to `bits`-bit integer codes (per-tensor, or per row when per_channel)."""
+    _check_bits(bits)
+    if not isinstance(w, torch.Tensor) or not w.is_floating_point() or w.numel() == 0:
+        raise ValueError("w must be a non-empty floating-point tensor")
+    if per_channel and w.dim() < 2:
+        raise ValueError(f"per_channel needs w with >= 2 dims (out, in, ...), got shape {tuple(w.shape)}")
+    w = w.detach().float()
+    dims = tuple(range(1, w.dim())) if per_channel else tuple(range(w.dim()))
+    tiny = torch.finfo(torch.float32).tiny
+    if symmetric:
+        qmax = 2 ** (bits - 1) - 1
+        scale = (w.abs().amax(dim=dims, keepdim=True) / qmax).clamp_min(tiny)
+        zero_point = torch.zeros_like(scale, dtype=torch.int32)
+        q = torch.clamp(torch.round(w / scale), -qmax, qmax).to(torch.int32)
+    else:
+        qmax = 2**bits - 1
+        low = w.amin(dim=dims, keepdim=True).clamp_max(0.0)
+        high = w.amax(dim=dims, keepdim=True).clamp_min(0.0)
+        scale = ((high - low) / qmax).clamp_min(tiny)
+        zero_point = torch.clamp(torch.round(-low / scale), 0, qmax).to(torch.int32)
+        q = torch.clamp(torch.round(w / scale) + zero_point, 0, qmax).to(torch.int32)
+    return Quantized(q, scale, zero_point, bits)
+
+
+def fake_quantize(
+    w: torch.Tensor, bits: int, *, per_channel: bool = False, symmetric: bool = True
+) -> torch.Tensor:
+    """w rounded to the nearest of 2^bits levels and back to float (same shape and dtype as w)."""
+    return quantize(w, bits, per_channel=per_channel, symmetric=symmetric).dequantize().to(w.dtype)
+
+
+def quantization_error(
+    w: torch.Tensor, bits: int, *, per_channel: bool = False, symmetric: bool = True
+) -> torch.Tensor:
+    """Absolute error |w - fake_quantize(w)|, same shape as w: the heat-map of lesson 4."""
+    return (
+        w.detach().float() - fake_quantize(w, bits, per_channel=per_channel, symmetric=symmetric).float()
+    ).abs()
+
+
+def error_summary(w: torch.Tensor, bits: int, *, per_channel: bool = False, symmetric: bool = True) -> dict:
+    """max_abs, mean_abs and relative_rmse (rms error / rms weight) of quantizing w."""
+    err = quantization_error(w, bits, per_channel=per_channel, symmetric=symmetric)
+    rms_w = w.detach().float().pow(2).mean().sqrt().clamp_min(torch.finfo(torch.float32).tiny)
+    return {
+        "max_abs": float(err.max()),
+        "mean_abs": float(err.mean()),
+        "relative_rmse": float(err.pow(2).mean().sqrt() / rms_w),
+    }
+
+
+def linear_layers(model: nn.Module) -> dict[str, nn.Linear]:
+    """The model's nn.Linear layers by name, in order ('0', '2', '4' for an nn.Sequential MLP)."""
+    layers = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    if not layers:
+        raise ValueError("model has no nn.Linear layers to quantize")
+    return layers
+
+
+def _check_keep(model: nn.Module, keep: Iterable[str]) -> set[str]:
+    keep = set(keep)
+    unknown = keep - set(linear_layers(model))
+    if unknown:
+        raise ValueError(
+            f"keep names unknown layers {sorted(unknown)}; Linear layers are {list(linear_layers(model))}"
+        )
+    return keep
+
+
+def quantize_model_weights(
+    model: nn.Module,
+    bits: int,
+    *,
+    per_channel: bool = False,
+    symmetric: bool = True,
+    keep: Iterable[str] = (),
+) -> nn.Module:
+    """A copy of model whose Linear weights are fake-quantized to `bits` (layers named in keep stay FP32)."""
+    _check_bits(bits)
+    keep = _check_keep(model, keep)
+    quantized = copy.deepcopy(model).eval()
+    with torch.no_grad():
+        for name, layer in linear_layers(quantized).items():
+            if name not in keep:
+                layer.weight.copy_(
+                    fake_quantize(layer.weight, bits, per_channel=per_channel, symmetric=symmetric)
+                )
+    return quantized
+
+
+def model_size_bytes(
+    model: nn.Module,
+    bits: int | str = 32,
+    *,
+    keep: Iterable[str] = (),
+    keep_bits: int = 8,
+    per_channel: bool = False,
+) -> int:
+    """Bytes to store the model: Linear weights at `bits` (kept layers at keep_bits), rest FP32, + scales."""
+    bits = int(bytes_per_weight(bits) * 8)
+    keep = _check_keep(model, keep)
+    layers = linear_layers(model)
+    weight_ids = {id(layer.weight) for layer in layers.values()}
+    total_bits = sum(p.numel() * 32 for p in model.parameters() if id(p) not in weight_ids)
+    for name, layer in layers.items():
+        layer_bits = keep_bits if name in keep else bits
+        total_bits += layer.weight.numel() * layer_bits
+        if layer_bits < 16:  # a float32 scale and an int32 zero point per tensor or per row
+            total_bits += 64 * (layer.weight.shape[0] if per_channel else 1)
+    return total_bits // 8
+
+
+def accuracy_vs_bits(
+    model: nn.Module,
+    data: Digits,
+    bits_list: Iterable[int] = (8, 6, 4, 3, 2),
+    *,
+    per_channel: bool = False,
+    symmetric: bool = True,
+    keep: Iterable[str] = (),
+) -> dict[int, float]:
+    """Test accuracy (0..1) with every Linear weight fake-quantized at each bit width: the accuracy cliff."""
+    keep = tuple(keep)
+    return {
+        bits: accuracy(
+            quantize_model_weights(model, bits, per_channel=per_channel, symmetric=symmetric, keep=keep),
+            data.x_test,
+            data.y_test,
+        )
+        for bits in bits_list
+    }
+
+
+def layer_sensitivity(
+    model: nn.Module, data: Digits, bits: int = 2, *, per_channel: bool = False, symmetric: bool = True
+) -> dict[str, float]:
+    """Test accuracy (0..1) when only one Linear layer is quantized to `bits`: which layer is fragile."""
+    names = list(linear_layers(model))
+    return {
+        name: accuracy(
+            quantize_model_weights(
+                model,
+                bits,
+                per_channel=per_channel,
+                symmetric=symmetric,
+                keep=[n for n in names if n != name],
+            ),
+            data.x_test,
+            data.y_test,
+        )
+        for name in names
+    }
+
+
+def in_dtype(model: nn.Module, precision: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A predictor running a copy of model in 'fp32', 'fp16' or 'bf16' (input cast to match)."""
+    if precision not in TORCH_DTYPES:
+        raise ValueError(f"precision must be one of {sorted(TORCH_DTYPES)}, got {precision!r}")
+    dtype = TORCH_DTYPES[precision]
+    cast = copy.deepcopy(model).to(dtype).eval()
+
+    def predict(x: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            return cast(x.to(dtype))
+
+    return predict
+
+
+def half_precision_verdict(fp32_flops: float, half_flops: float, precision: str = "fp16") -> str:
+    """One sentence explaining a measured FP32 vs FP16/BF16 matmul speed (FLOP/s each)."""
+    if not fp32_flops > 0 or not half_flops > 0:
+        raise ValueError(f"fp32_flops and half_flops must be positive, got {fp32_flops!r} and {half_flops!r}")
+    ratio = fp32_flops / half_flops
+    if ratio > 3:
+        return (
+            f"{precision} matmul ran {ratio:.0f}x SLOWER than fp32 here: this device has no fast {precision} "
+            "units, so each value is converted in software. Halving the bytes only pays on hardware "
+            "built for it (GPU tensor cores, CPUs with AVX-512 BF16/FP16 or AMX)."
+        )
+    if ratio > 1 / 1.3:
+        return (
+            f"{precision} matmul ran at about the same speed as fp32 here ({1 / ratio:.2f}x): the device "
+            "converts but does not compute faster; the memory saving remains."
+        )
+    return (
+        f"{precision} matmul ran {1 / ratio:.1f}x faster than fp32 here: the device has native "
+        f"{precision} units (tensor cores or matrix extensions)."
+    )
+
+
+def int8_saturation_verdict(
+    max_error_signed: float, max_error_reduced: float, has_vnni: bool | None = None
+) -> str:
+    """Explain measured max |logit error| of signed-int8 weights vs reduce_range (7-bit) weights."""
+    if max_error_signed < 0 or max_error_reduced < 0:
+        raise ValueError("max errors must be >= 0")
+    vnni = {True: "This CPU has VNNI", False: "This CPU has no VNNI", None: "Without knowing about VNNI"}[
+        has_vnni
+    ]
+    if max_error_signed > 2 * max(max_error_reduced, 1e-12):
+        return (
+            f"{vnni}: signed int8 weights gave {max_error_signed / max(max_error_reduced, 1e-12):.1f}x the "
+            "error of reduce_range. Without VNNI, the u8 x s8 multiply-add (vpmaddubsw) adds pairs into "
+            "16 bits and saturates; 7-bit weights (reduce_range=True) or QUInt8 weights leave headroom."
+        )
+    return (
+        f"{vnni}: signed int8 weights were as accurate as reduce_range here "
+        f"({max_error_signed:.3g} vs {max_error_reduced:.3g}): no saturation seen; 8-bit weights are safe."
+    )
+
+
+def plot_error_map(
+    w: torch.Tensor,
+    bits: int,
+    *,
+    per_channel: bool = False,
+    symmetric: bool = True,
+    accuracy_value: float | None = None,
+    ax=None,
+):
+    """Heat-map of |w - fake_quantize(w)| for a weight (out, in), with the error summary in the title."""
+    import matplotlib.pyplot as plt
+
+    from hwopt import plots
+
+    err = quantization_error(w, bits, per_channel=per_channel, symmetric=symmetric)
+    s = error_summary(w, bits, per_channel=per_channel, symmetric=symmetric)
+    title = (
+        f"{bits}-bit {'per-channel' if per_channel else 'per-tensor'} "
+        f"{'symmetric' if symmetric else 'asymmetric'}: rel. RMS error {s['relative_rmse']:.1%}"
+    )
+    if accuracy_value is not None:
+        title += f"\ntest accuracy {accuracy_value:.1%}"
+    ax = plots.axes("input feature (column)", "output channel (row)", title=title, ax=ax)
+    image = ax.imshow(
+        err.reshape(err.shape[0], -1).numpy(), aspect="auto", cmap="magma", interpolation="nearest"
+    )
+    ax.grid(False)
+    plt.colorbar(image, ax=ax, label="|error| (weight units)")
+    return plots.finish(ax, legend=False)
+
+
+def plot_accuracy_cliff(curves: Mapping[str, Mapping[int, float]], reference: float | None = None, ax=None):
+    """Test accuracy (%) vs weight bits, one line per scheme ({'per-tensor': {8: 0.97, ...}, ...})."""
+    from hwopt import plots
+
+    if not curves:
+        raise ValueError("curves must map a scheme name to {bits: accuracy}")
+    ax = plots.axes("weight bits", "test accuracy (%)", title="The accuracy cliff", ax=ax)
+    for k, (label, by_bits) in enumerate(curves.items()):
+        bits = sorted(by_bits)
+        ax.plot(bits, [100 * by_bits[b] for b in bits], marker="o", color=plots.color(k), label=label)
+    if reference is not None:
+        ax.axhline(100 * reference, color="k", linestyle="--", label="FP32 reference")
+    ax.set_ylim(0, 100)
+    ax.invert_xaxis()  # fewer bits to the right: stepping down
+    return plots.finish(ax)
+
+
+def precision_explorer(model: nn.Module, data: Digits, layer: str | None = None):
+    """Sliders (bits, per-tensor/channel, symmetric/asymmetric) -> error heat-map of a layer + accuracy."""
+    from hwopt import widgets
+
+    layers = linear_layers(model)
+    layer = layer if layer is not None else next(iter(layers))
+    if layer not in layers:
+        raise ValueError(f"layer must be one of {list(layers)}, got {layer!r}")
+
+    def show(bits, granularity, mode):
+        per_channel, symmetric = granularity == "per-channel", mode == "symmetric"
+        quantized = quantize_model_weights(model, bits, per_channel=per_channel, symmetric=symmetric)
+        acc = accuracy(quantized, data.x_test, data.y_test)
+        return plot_error_map(
+            layers[layer].weight, bits, per_channel=per_channel, symmetric=symmetric, accuracy_value=acc
+        )
+
+    return widgets.explore(
+        show,
+        bits=widgets.int_slider("weight bits", 2, 8, 4),
+        granularity=widgets.toggle("scale", ["per-tensor", "per-channel"]),
+        mode=widgets.toggle("range", ["symmetric", "asymmetric"]),
+    )

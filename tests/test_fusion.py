@@ -1,0 +1,67 @@
+"""hwopt.fusion: byte counts of the elementwise chain, predictions, the chain vs its formula, widget."""
+
+import pytest
+import torch
+
+from hwopt import fusion, widgets
+
+
+def test_passes_and_bytes_of_the_lesson_chain():
+    assert fusion.passes(fused=False) == 9 and fusion.passes(fused=True) == 3
+    assert fusion.bytes_moved(1000, fused=False) == 9 * 1000 * 4
+    assert fusion.bytes_moved(1000, fused=True, bytes_per_element=2) == 3 * 1000 * 2
+    assert fusion.predicted_speedup() == 3.0
+    assert fusion.predicted_speedup(n_ops=1, extra_inputs=0) == 1.0  # one op: nothing to fuse
+
+
+def test_predicted_time_and_slider_callback():
+    assert fusion.predicted_time_ms(20e9, 20.0) == pytest.approx(1000.0)
+    p = fusion.fusion_prediction(size_mb=4.0, n_ops=4, bandwidth_gbs=10.0)
+    assert p["n_elements"] == 1_000_000 and p["unfused_mb"] == pytest.approx(36.0)
+    assert p["fused_ms"] == pytest.approx(1.2) and p["speedup"] == pytest.approx(3.0)
+    assert fusion.fusion_prediction(1.0, 1, 10.0)["speedup"] == pytest.approx(1.0)  # one op: nothing to fuse
+    capped = fusion.fusion_prediction(1.0, 2, 10.0, extra_inputs=5)  # extra inputs capped at n_ops
+    assert capped["speedup"] == pytest.approx(1.5)
+
+
+def test_chain_matches_its_formula_and_module():
+    inputs = fusion.chain_inputs(8, 16)
+    x, b, r, s = inputs["x"], inputs["bias"], inputs["residual"], inputs["scale"]
+    expected = (0.5 * (x + b) * (1 + torch.erf((x + b) / 2**0.5)) + r) * s
+    assert torch.allclose(fusion.chain(x, b, r, s), expected, atol=1e-6)
+    assert torch.allclose(fusion.Chain(b, s)(x, r), expected, atol=1e-6)
+
+
+def test_first_call_and_max_abs_error():
+    assert fusion.first_call_s(lambda: sum(range(10))) >= 0
+    assert fusion.max_abs_error(torch.ones(2), torch.zeros(2)) == 1.0
+
+
+def test_fusion_explorer_redraws(monkeypatch):
+    shown = []
+    monkeypatch.setattr(widgets, "display", shown.append)
+    box = fusion.fusion_explorer(bandwidth_gbs=20.0)
+    box.controls["n_ops"].value = 8
+    assert len(shown) == 2 and "8 ops" in shown[-1].axes[0].get_title()
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: fusion.chain_inputs(0, 4), "rows"),
+        (lambda: fusion.chain_inputs(4, 1.5), "cols"),
+        (lambda: fusion.passes(0, fused=True), "n_ops"),
+        (lambda: fusion.passes(2, 3, fused=True), "extra_inputs"),
+        (lambda: fusion.bytes_moved(0, fused=True), "n_elements"),
+        (lambda: fusion.bytes_moved(10, fused=True, bytes_per_element=0), "bytes_per_element"),
+        (lambda: fusion.predicted_time_ms(-1, 10), "n_bytes"),
+        (lambda: fusion.predicted_time_ms(1, 0), "bandwidth_gbs"),
+        (lambda: fusion.fusion_prediction(0, 4, 10), "size_mb"),
+        (lambda: fusion.first_call_s(3), "fn"),
+        (lambda: fusion.max_abs_error(torch.ones(2), torch.ones(3)), "shapes"),
+        (lambda: fusion.fusion_explorer(0), "bandwidth_gbs"),
+    ],
+)
+def test_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

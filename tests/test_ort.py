@@ -1,0 +1,156 @@
+"""hwopt.ort: export, sessions, graph optimization, int8 quantization (checked against the FP32 oracle),
+and the TensorRT / CUDA provider choices (tested without a GPU)."""
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from hwopt import classifier
+from hwopt import ort as hort
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    torch.manual_seed(0)
+    model = classifier.make_mlp(hidden=32).eval()
+    path = hort.export_onnx(model, (torch.randn(2, 64),), tmp_path_factory.mktemp("onnx") / "mlp.onnx")
+    return model, path
+
+
+def test_export_writes_one_self_contained_file_with_dynamic_batch(exported):
+    model, path = exported
+    assert path.is_file() and list(path.parent.iterdir()) == [path]  # no external data files
+    assert hort.file_size_bytes(path) == path.stat().st_size
+    assert hort.node_counts(path) == {"Gemm": 3, "Relu": 2}
+    x = torch.randn(5, 64)
+    out = hort.Predictor(hort.make_session(path, threads=1))(x)
+    assert out.shape == (5, 10)
+    np.testing.assert_allclose(out, model(x).detach().numpy(), atol=1e-4)  # eager FP32 is the oracle
+
+
+def test_export_defaults_to_a_temp_dir_outside_the_repo():
+    path = hort.export_onnx(torch.nn.Linear(4, 2), torch.randn(1, 4), dynamic_batch=False)
+    assert "hwopt-onnx-" in str(path) and path.name == "model.onnx"
+
+
+def test_optimization_levels_fuse_gemm_and_relu(exported):
+    _, path = exported
+    before = hort.node_counts(hort.optimized_graph(path, "disable"))
+    after = hort.node_counts(hort.optimized_graph(path, "all"))
+    assert sum(after.values()) < sum(before.values())
+    assert hort.new_node_types(before, after) == ["FusedGemm"]
+
+
+def test_session_options_threads_and_levels():
+    import onnxruntime as ort
+
+    options = hort.session_options(threads=2, opt_level="basic")
+    assert options.intra_op_num_threads == 2
+    assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+
+
+def test_dynamic_quantization_agrees_with_fp32(exported):
+    model, path = exported
+    x = torch.rand(64, 64)
+    ref = model(x).detach().numpy()
+    for weight_type, reduce_range in (("qint8", True), ("quint8", False)):
+        q = hort.quantize_dynamic(path, weight_type=weight_type, reduce_range=reduce_range)
+        assert "MatMulInteger" in hort.node_counts(q)
+        out = hort.Predictor(hort.make_session(q, threads=1))(x)
+        assert np.abs(out - ref).max() < 0.05 * np.abs(ref).max()  # stated tolerance: 5% of the largest logit
+        assert hort.file_size_bytes(q) < hort.file_size_bytes(path)
+
+
+def test_static_quantization_with_calibration(exported):
+    model, path = exported
+    x = torch.rand(64, 64)
+    q = hort.quantize_static(path, x, batch_size=16)
+    assert "QuantizeLinear" in hort.node_counts(q)
+    out = hort.Predictor(hort.make_session(q, threads=1))(x)
+    ref = model(x).detach().numpy()
+    # activations quantized too (per tensor): tolerance 20% of the largest logit of this untrained net
+    assert np.abs(out - ref).max() < 0.2 * np.abs(ref).max()
+
+
+def test_calibration_reader_batches_and_rewinds():
+    reader = hort.ArrayCalibrationReader("x", np.zeros((10, 3)), batch_size=4)
+    sizes = [len(batch["x"]) for batch in reader]
+    assert sizes == [4, 4, 2] and len(reader) == 3 and reader.get_next() is None
+    reader.rewind()
+    assert reader.get_next()["x"].dtype == np.float32
+
+
+def test_int8_saturation_probe_reports_each_setting():
+    errors = hort.int8_saturation_probe(n_features=64, batch_size=2)
+    assert set(errors) == set(hort.INT8_SETTINGS) and all(0 <= e < 1 for e in errors.values())
+    assert errors["signed int8, reduce_range"] < 0.05
+
+
+def test_linear_model_is_x_times_weight(tmp_path):
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    path = hort.linear_model(w, tmp_path / "lin.onnx")
+    out = hort.Predictor(hort.make_session(path))(np.ones((1, 2)))
+    np.testing.assert_allclose(out, [[3, 5, 7]])
+
+
+def test_providers_for_cuda_and_cpu():
+    assert hort.providers_for("cpu", available=["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
+    assert hort.providers_for("cuda", available=["CUDAExecutionProvider", "CPUExecutionProvider"]) == [
+        "CUDAExecutionProvider",
+        "CPUExecutionProvider",
+    ]
+    assert hort.providers_for("cuda:0", available=["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
+
+
+def test_tensorrt_detection_and_session_without_tensorrt(monkeypatch, exported):
+    assert hort.tensorrt_available(["TensorrtExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    assert not hort.tensorrt_available(["CPUExecutionProvider"])
+    with pytest.raises(ValueError, match="TensorrtExecutionProvider"):
+        hort.tensorrt_fp16_session(exported[1], available=["CPUExecutionProvider"])
+    assert "trt_fp16_enable" in hort.TENSORRT_FP16_CODE
+
+
+def test_tensorrt_session_asks_for_fp16(monkeypatch, exported):
+    import onnxruntime as ort
+
+    seen = {}
+    monkeypatch.setattr(
+        ort, "InferenceSession", lambda path, options, providers: seen.update(providers=providers)
+    )
+    hort.tensorrt_fp16_session(exported[1], available=["TensorrtExecutionProvider"])
+    name, options = seen["providers"][0]
+    assert name == "TensorrtExecutionProvider" and options["trt_fp16_enable"] is True
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: hort.export_onnx("not a model", (torch.zeros(1),)), "model"),
+        (lambda: hort.export_onnx(torch.nn.Linear(2, 2), ()), "example_inputs"),
+        (lambda: hort.export_onnx(torch.nn.Linear(2, 2), torch.zeros(1, 2), "m.txt"), "path"),
+        (lambda: hort.file_size_bytes("missing.onnx"), "path"),
+        (lambda: hort.session_options(opt_level="max"), "opt_level"),
+        (lambda: hort.session_options(threads=0), "threads"),
+        (lambda: hort.providers_for("tpu", available=[]), "device"),
+        (lambda: hort.make_session("missing.onnx"), "model_path"),
+        (lambda: hort.node_counts("missing.onnx"), "model"),
+        (lambda: hort.node_counts(42), "model"),
+        (lambda: hort.quantize_dynamic("missing.onnx"), "model_path"),
+        (lambda: hort.quantize_dynamic("missing.onnx", weight_type="int4"), "weight_type"),
+        (lambda: hort.quantize_static("missing.onnx", np.zeros((2, 2))), "model_path"),
+        (lambda: hort.ArrayCalibrationReader("x", np.zeros((0, 2))), "data"),
+        (lambda: hort.ArrayCalibrationReader("x", np.zeros((2, 2)), batch_size=0), "batch_size"),
+        (lambda: hort.linear_model(np.zeros(3, dtype=np.float32)), "weight"),
+        (lambda: hort.int8_saturation_probe(n_features=1), "n_features"),
+        (lambda: hort.int8_saturation_probe(batch_size=0), "batch_size"),
+    ],
+)
+def test_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_onnx_files_are_valid(exported):
+    onnx.checker.check_model(onnx.load(str(exported[1])))

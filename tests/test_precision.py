@@ -1,0 +1,144 @@
+"""hwopt.precision: quantization formulas, error maps, model accuracy and sizes, verdicts, the widget."""
+
+import pytest
+import torch
+
+from hwopt import classifier, precision, widgets
+
+
+@pytest.fixture(scope="module")
+def trained():
+    data = classifier.load_digits()
+    model = classifier.make_mlp(hidden=64)
+    classifier.train(model, data, epochs=3)
+    return model, data
+
+
+def test_bytes_per_weight():
+    assert precision.bytes_per_weight("fp32") == 4 and precision.bytes_per_weight("BF16") == 2
+    assert precision.bytes_per_weight("int4") == 0.5 and precision.bytes_per_weight(2) == 0.25
+
+
+def test_symmetric_quantization_by_hand():
+    w = torch.tensor([[-1.0, -0.5, 0.0, 0.24, 1.0]])
+    q = precision.quantize(w, 3)  # levels -3..3, scale 1/3
+    assert q.q.tolist() == [[-3, -2, 0, 1, 3]]
+    assert q.scale.item() == pytest.approx(1 / 3) and q.zero_point.item() == 0
+    assert torch.allclose(q.dequantize(), torch.tensor([[-1.0, -2 / 3, 0.0, 1 / 3, 1.0]]))
+
+
+def test_asymmetric_uses_all_levels_and_keeps_zero_exact():
+    w = torch.tensor([0.0, 0.1, 0.2, 0.3])
+    q = precision.quantize(w, 2, symmetric=False)
+    assert q.q.tolist() == [0, 1, 2, 3] and q.zero_point.item() == 0
+    assert torch.allclose(q.dequantize(), w)
+    shifted = torch.tensor([-1.0, 0.0, 2.0])
+    assert precision.fake_quantize(shifted, 4, symmetric=False)[1].item() == 0.0
+
+
+def test_per_channel_beats_per_tensor_when_rows_differ_in_range():
+    w = torch.stack([torch.linspace(-1, 1, 50), torch.linspace(-0.01, 0.01, 50)])
+    per_tensor = precision.quantization_error(w, 4)[1].max()
+    per_channel = precision.quantization_error(w, 4, per_channel=True)[1].max()
+    assert per_channel < per_tensor / 10
+    assert precision.quantize(w, 4, per_channel=True).scale.shape == (2, 1)
+
+
+def test_error_shrinks_with_bits_and_zero_rows_are_safe():
+    torch.manual_seed(0)
+    w = torch.randn(32, 16)
+    errs = [precision.error_summary(w, b)["relative_rmse"] for b in (2, 4, 8)]
+    assert errs[0] > errs[1] > errs[2] > 0
+    assert precision.fake_quantize(torch.zeros(3, 4), 4, per_channel=True).abs().sum() == 0
+    assert precision.fake_quantize(w.half(), 8).dtype == torch.float16
+
+
+def test_model_quantization_keeps_layers_and_leaves_original(trained):
+    model, _ = trained
+    original = model[0].weight.clone()
+    q = precision.quantize_model_weights(model, 2, keep=["4"])
+    assert torch.equal(model[0].weight, original)
+    assert torch.equal(q[4].weight, model[4].weight) and not torch.equal(q[0].weight, model[0].weight)
+    assert len(torch.unique(q[0].weight)) <= 3  # 2-bit symmetric: -1, 0, 1 times the scale
+
+
+def test_model_size_bytes(trained):
+    model, _ = trained
+    n_weights = sum(m.weight.numel() for m in precision.linear_layers(model).values())
+    n_bias = sum(m.bias.numel() for m in precision.linear_layers(model).values())
+    assert precision.model_size_bytes(model) == (n_weights + n_bias) * 4
+    assert precision.model_size_bytes(model, "int8") == n_weights + n_bias * 4 + 3 * 8
+    assert precision.model_size_bytes(model, 4, per_channel=True) == n_weights // 2 + n_bias * 4 + 8 * (
+        64 + 64 + 10
+    )
+    assert precision.model_size_bytes(model, 2, keep=["0"]) < precision.model_size_bytes(model, 8)
+
+
+def test_accuracy_cliff_and_layer_sensitivity(trained):
+    model, data = trained
+    cliff = precision.accuracy_vs_bits(model, data, (8, 2))
+    reference = classifier.accuracy(model, data.x_test, data.y_test)
+    assert abs(cliff[8] - reference) < 0.02 and cliff[2] < cliff[8]
+    sensitivity = precision.layer_sensitivity(model, data, 2)
+    assert set(sensitivity) == {"0", "2", "4"} and all(0 <= v <= 1 for v in sensitivity.values())
+
+
+def test_in_dtype_matches_fp32_within_tolerance(trained):
+    model, data = trained
+    x = data.x_test[:16]
+    with torch.inference_mode():
+        ref = model(x)
+    for name, tol in (("fp32", 1e-6), ("bf16", 0.5), ("fp16", 0.05)):
+        out = precision.in_dtype(model, name)(x)
+        assert out.dtype == precision.TORCH_DTYPES[name]
+        assert (out.float() - ref).abs().max() < tol * max(1.0, ref.abs().max().item())
+
+
+def test_verdicts_follow_the_measurement():
+    assert "SLOWER" in precision.half_precision_verdict(100e9, 1e9)
+    assert "same speed" in precision.half_precision_verdict(100e9, 95e9)
+    assert "faster" in precision.half_precision_verdict(100e9, 400e9, "bf16")
+    assert "saturates" in precision.int8_saturation_verdict(0.15, 0.01, has_vnni=False)
+    assert "no saturation" in precision.int8_saturation_verdict(0.01, 0.01, has_vnni=True)
+
+
+def test_plots_return_figures(trained):
+    model, data = trained
+    fig = precision.plot_error_map(model[0].weight, 4, per_channel=True, accuracy_value=0.9)
+    assert "per-channel" in fig.axes[0].get_title()
+    fig = precision.plot_accuracy_cliff({"per-tensor": {8: 0.9, 2: 0.3}}, reference=0.95)
+    assert fig.axes[0].get_ylabel() == "test accuracy (%)"
+
+
+def test_precision_explorer_redraws_on_change(trained, monkeypatch):
+    model, data = trained
+    shown = []
+    monkeypatch.setattr(widgets, "display", shown.append)
+    box = precision.precision_explorer(model, data, layer="2")
+    assert set(box.controls) == {"bits", "granularity", "mode"} and len(shown) == 1
+    box.controls["bits"].value = 2
+    box.controls["granularity"].value = "per-channel"
+    assert len(shown) == 3 and "2-bit per-channel" in shown[-1].axes[0].get_title()
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: precision.bytes_per_weight("fp8x"), "precision"),
+        (lambda: precision.bytes_per_weight(0), "precision"),
+        (lambda: precision.quantize(torch.ones(3), 1), "bits"),
+        (lambda: precision.quantize(torch.ones(3), 17), "bits"),
+        (lambda: precision.quantize(torch.ones(3, dtype=torch.int32), 4), "w must be"),
+        (lambda: precision.quantize(torch.ones(3), 4, per_channel=True), "per_channel"),
+        (lambda: precision.linear_layers(torch.nn.ReLU()), "no nn.Linear"),
+        (lambda: precision.quantize_model_weights(classifier.make_mlp(8), 4, keep=["9"]), "keep"),
+        (lambda: precision.in_dtype(classifier.make_mlp(8), "fp8"), "precision"),
+        (lambda: precision.half_precision_verdict(0, 1), "positive"),
+        (lambda: precision.int8_saturation_verdict(-1, 0), ">= 0"),
+        (lambda: precision.plot_accuracy_cliff({}), "curves"),
+        (lambda: precision.precision_explorer(classifier.make_mlp(8), None, layer="x"), "layer"),
+    ],
+)
+def test_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -1,0 +1,103 @@
+"""hwopt.profiling: the slow and fixed pipelines agree, the profiler sees the categories, traces are written,
+CUDA activities are chosen for a GPU (tested without one), and the Nsight commands are well formed."""
+
+import json
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity
+
+from hwopt import profiling
+
+
+@pytest.fixture(scope="module")
+def pipeline():
+    return profiling.make_pipeline(n_items=20, batch_size=8, hidden=16, io_ms=0.2)
+
+
+def test_every_variant_computes_the_same_logits(pipeline):
+    reference = profiling.slow_pipeline(pipeline)
+    assert reference.shape == (20, 10)
+    for kwargs in ({"prefetch": True}, {"batched": True}, {"prefetch": True, "batched": True, "workers": 3}):
+        assert torch.allclose(profiling.run_pipeline(pipeline, **kwargs), reference, atol=1e-5)
+    assert torch.allclose(profiling.fixed_pipeline(pipeline), reference, atol=1e-5)
+
+
+def test_preprocessing_item_and_batch_agree(pipeline):
+    raw = pipeline.raw[:3]
+    batch = profiling.preprocess_batch(raw)
+    assert batch.dtype.name == "float32" and batch.min() >= -1 and batch.max() <= 1
+    assert torch.allclose(
+        torch.tensor([profiling.preprocess_item(r) for r in raw]), torch.from_numpy(batch), atol=1e-6
+    )
+
+
+def test_profile_categories_hotspot_and_trace(pipeline, tmp_path):
+    prof, wall_ms = profiling.run_profiled(lambda: profiling.slow_pipeline(pipeline))
+    times = profiling.time_by_category_ms(prof, wall_ms)
+    assert set(times) == {"data", "preprocess", "compute", "other"}
+    assert times["data"] >= 20 * 0.2 * 0.9  # 20 sequential reads of 0.2 ms
+    assert profiling.hotspot({"data": 3.0, "compute": 1.0}) == "data"
+    assert "data" in profiling.key_averages_table(prof, row_limit=5)
+    path = profiling.save_trace(prof, "slow", tmp_path / "traces")
+    assert path.parent == tmp_path / "traces" and "traceEvents" in json.loads(path.read_text())
+
+
+def test_plot_time_by_category():
+    fig = profiling.plot_time_by_category({"slow": {"data": 3.0, "compute": 1.0}, "fixed": {"data": 0.5}})
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "time (ms)" and [t.get_text() for t in ax.get_yticklabels()] == [
+        "slow",
+        "fixed",
+    ]
+
+
+def test_profiler_activities_include_cuda_for_a_gpu():
+    assert profiling.profiler_activities("cpu") == [ProfilerActivity.CPU]
+    assert profiling.profiler_activities("cuda:0") == [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+
+
+def test_cuda_sync_is_called_on_the_gpu_path(monkeypatch, pipeline):
+    calls = []
+    monkeypatch.setattr(profiling.bench, "sync", calls.append)
+    p = profiling.Pipeline(pipeline.model, pipeline.raw[:4], batch_size=4, io_ms=0, device="cpu")
+    object.__setattr__(p, "device", "cuda")  # pretend: tensors stay on the CPU, sync is recorded
+    monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **k: self)
+    profiling.run_pipeline(p, batched=True)
+    assert calls == ["cuda"]
+
+
+def test_nsys_commands(monkeypatch):
+    assert profiling.nsys_command("train.py", "out")[:2] == ["nsys", "profile"]
+    assert profiling.nsys_command("train.py", "out")[-2:] == ["python", "train.py"]
+    assert profiling.nsys_stats_command("out")[-1] == "out.nsys-rep"
+    monkeypatch.setattr(profiling.shutil, "which", lambda name: None)
+    assert not profiling.nsys_available()
+    monkeypatch.setattr(profiling.shutil, "which", lambda name: "/usr/bin/nsys")
+    assert profiling.nsys_available()
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: profiling.make_pipeline(n_items=0), "n_items"),
+        (lambda: profiling.Pipeline(torch.nn.Identity(), torch.zeros(3).numpy()), "raw"),
+        (lambda: profiling.make_pipeline(batch_size=0), "batch_size"),
+        (lambda: profiling.make_pipeline(io_ms=-1), "io_ms"),
+        (lambda: profiling.run_pipeline(profiling.make_pipeline(n_items=2), workers=0), "workers"),
+        (lambda: profiling.profiler_activities("tpu"), "device"),
+        (lambda: profiling.run_profiled(3), "fn"),
+        (
+            lambda: profiling.time_by_category_ms(type("P", (), {"key_averages": lambda self: []})(), -1),
+            "wall_ms",
+        ),
+        (lambda: profiling.hotspot({}), "times_ms"),
+        (lambda: profiling.save_trace(None, "a/b"), "name"),
+        (lambda: profiling.plot_time_by_category({}), "by_pipeline"),
+        (lambda: profiling.nsys_command(""), "script"),
+        (lambda: profiling.nsys_stats_command(""), "output"),
+    ],
+)
+def test_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -51,3 +51,11 @@ bench: env             ## the performance report into $(OUT) (OUT=benchmarks/ref
 
 bench-quick: env       ## the same report in smoke mode (< 3 minutes)
 	$(PY) -m benchmarks --quick --out $(OUT) $(ARGS)
+
+# Graded assignments (nbgrader, configured by nbgrader_config.py): release/ is generated from source/.
+.PHONY: release grade-demo
+release: env           ## regenerate release/ from source/ (commit the result)
+	nbgrader generate_assignment "*" --force
+
+grade-demo: env        ## grade the sample submissions end to end; report in artifacts/grading-demo/
+	$(PY) autograder/grade_class.py demo

@@ -1,0 +1,72 @@
+"""nbgrader configuration of the course: run every nbgrader command from the repository root.
+
+Folders: source/ (instructor notebooks: solutions + hidden tests), release/ (generated, committed),
+submitted/, autograded/, feedback/ and gradebook.db (working files, git-ignored). Grading runs each notebook
+in a memory-limited kernel (autograder/kernels/hwopt-grader) with a per-cell timeout, restores cells a
+student deleted or edited, and gives feedback without hidden tests. Environment overrides:
+HWOPT_GRADER_TIMEOUT_S (per cell, default 60), HWOPT_GRADER_MEMORY_GB (per kernel, default 4).
+"""
+
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# The grading kernelspec lives in the repository: make Jupyter find it (before any kernel is looked up).
+os.environ["JUPYTER_PATH"] = os.pathsep.join(
+    p for p in (os.path.join(HERE, "autograder"), os.environ.get("JUPYTER_PATH", "")) if p)
+
+c = get_config()  # noqa: F821 (provided by nbgrader when it loads this file)
+
+c.CourseDirectory.course_id = "hwopt"
+c.CourseDirectory.root = HERE
+c.CourseDirectory.db_url = "sqlite:///" + os.path.join(HERE, "gradebook.db")
+c.CourseDirectory.source_directory = "source"
+c.CourseDirectory.release_directory = "release"
+c.CourseDirectory.submitted_directory = "submitted"
+c.CourseDirectory.autograded_directory = "autograded"
+c.CourseDirectory.feedback_directory = "feedback"
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".DS_Store"]
+
+# Release: students get no hidden tests and no solutions; checksums let autograde detect edited locked cells.
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# Autograde: a robust, memory-limited kernel with a timeout per cell.
+c.Execute.kernel_name = "hwopt-grader"
+c.Execute.timeout = int(os.environ.get("HWOPT_GRADER_TIMEOUT_S", "60"))
+c.Execute.interrupt_on_timeout = True
+c.Execute.startup_timeout = 120
+c.Autograde.sanitize_preprocessors = [
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "hwopt.grading.RestoreCellMetadata",  # metadata lost on the way (copied cells, Colab) or edited flags
+    "nbgrader.preprocessors.OverwriteCells",  # edited locked cells get their source back (checksums)
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.OverwriteCells.add_missing_cells = True  # deleted test cells come back
+c.Autograde.autograde_preprocessors = [
+    "hwopt.grading.RobustExecute",  # a cell that ignores the interrupt costs a kernel restart, not the grade
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+# Any stderr output zeroes a test cell: drop warnings (a correct answer that warns keeps its points).
+c.IgnorePattern.pattern = r"(?i)warn"
+
+# Feedback: no hidden tests, and errors in test cells without tracebacks (they would quote hidden lines).
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+    "nbgrader.preprocessors.ClearHiddenTests",
+    "hwopt.grading.StripTestTracebacks",
+]
+
+# zip_collect: an LMS zip in downloaded/<assignment>/archive/. File names like Canvas's
+# "<student>_<numbers>_<file>.ipynb" or "<student>_LATE_<numbers>_<file>.ipynb"; the file part may be
+# "Copy of batching (1).ipynb" (Colab downloads): LmsFileNameCollector maps it to the released notebook.
+c.ZipCollectApp.collector_plugin = "hwopt.grading.LmsFileNameCollector"
+c.FileNameCollectorPlugin.named_regexp = (
+    r".*/(?P<student_id>[A-Za-z0-9.-]+)_(?:LATE_)?(?:\d+_)*(?P<file_id>[^/]+)$")

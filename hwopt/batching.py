@@ -110,15 +110,22 @@ class LatencyFit:
         )
 
 
-def fit_latency_model(batch_sizes, latencies_ms) -> LatencyFit:
-    """Fit the overhead + per-item model to a measured table by least squares (needs >= 2 batch sizes)."""
+def fit_latency_model(batch_sizes, latencies_ms, *, relative: bool = True) -> LatencyFit:
+    """Fit the overhead + per-item model to a measured table by least squares (needs >= 2 batch sizes).
+
+    relative=True minimises relative residuals (each point weighted 1/latency), so the small batches that
+    reveal the overhead count as much as the big ones. A negative overhead is refitted as zero.
+    """
     sizes, lats = _check_table(batch_sizes, latencies_ms)
     if len(set(sizes)) < 2:
         raise ValueError("batch_sizes must contain at least two different sizes to fit a line")
     b = np.asarray(sizes, dtype=float)
     t = np.asarray(lats, dtype=float)
-    design = np.column_stack([np.ones_like(b), b])
-    (overhead, per_item), *_ = np.linalg.lstsq(design, t, rcond=None)
+    weight = 1.0 / t if relative else np.ones_like(t)
+    design = np.column_stack([np.ones_like(b), b]) * weight[:, None]
+    (overhead, per_item), *_ = np.linalg.lstsq(design, t * weight, rcond=None)
+    if overhead < 0:  # a line through the origin: slope by weighted least squares
+        overhead, per_item = 0.0, float(np.sum(weight**2 * b * t) / np.sum(weight**2 * b * b))
     residual = t - (overhead + per_item * b)
     return LatencyFit(
         overhead_ms=float(overhead),
@@ -126,6 +133,15 @@ def fit_latency_model(batch_sizes, latencies_ms) -> LatencyFit:
         rms_error_ms=float(np.sqrt(np.mean(residual**2))),
         max_relative_error=float(np.max(np.abs(residual) / t)),
     )
+
+
+def predicted_latency_ms(params: float, batch_size, peak_flops: float, bandwidth_gbs: float,
+                         bytes_per_weight: float = 4.0) -> float:
+    """Roofline latency (ms) of a dense model's batch: max(2 params b / peak, weight bytes / bandwidth)."""
+    from hwopt.costs import roofline_time_s
+
+    b = _positive_int("batch_size", batch_size)
+    return 1e3 * roofline_time_s(2.0 * params * b, params * bytes_per_weight, peak_flops, bandwidth_gbs)
 
 
 def knee_batch_size(batch_sizes, latencies_ms, fraction: float = 0.9) -> int:
@@ -257,6 +273,18 @@ def plot_batch_sweep(sweep: BatchSweep, fit: LatencyFit | None = None, budget_ms
                         label=f"{rate:,.0f} items/s")
     plots.finish(ax_lat)
     return plots.finish(ax_thr)
+
+
+def sweep_table(sweep: BatchSweep, predicted_ms=None) -> str:
+    """Text table per batch size: median latency (ms) and IQR, items/s, and predicted/measured if given."""
+    head = f"{'batch':>6s} {'latency ms':>11s} {'IQR ms':>8s} {'items/s':>10s}"
+    lines = [head + (f" {'predicted ms':>13s} {'pred/meas':>10s}" if predicted_ms is not None else "")]
+    for i, (b, m) in enumerate(zip(sweep.batch_sizes, sweep.measurements, strict=True)):
+        line = f"{b:6d} {m.median_ms:11.3f} {m.iqr_ms:8.3f} {throughput_per_s(b, m.median_ms):10,.0f}"
+        if predicted_ms is not None:
+            line += f" {predicted_ms[i]:13.3f} {predicted_ms[i] / m.median_ms:10.2f}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def budget_report(sweep: BatchSweep, budget_ms: float) -> str:

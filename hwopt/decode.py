@@ -18,6 +18,7 @@ import numpy as np
 from hwopt import bench
 
 # Stated tolerances: relative L2 error of the stack's output vs the fp32 oracle (4 layers, random weights).
+BYTES = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0, "int4": 0.5}  # bytes per weight of each precision
 TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "int8": 0.05, "int4": 0.25}
 
 
@@ -352,6 +353,17 @@ class DecodeResult:
         return min((k for k, p in self.paths.items() if p.precision == precision),
                    key=lambda k: self.measurements[k].median_s)
 
+    def vs_prediction(self, bandwidth_gbs: float) -> str:
+        """Per path: predicted time (weight bytes / bandwidth) vs measured, and bandwidth fraction used."""
+        _positive("bandwidth_gbs", bandwidth_gbs)
+        lines = [f"{'path':28s} {'predicted ms':>13s} {'measured ms':>12s} {'pred/meas':>10s} "
+                 f"{'of bandwidth':>13s}"]
+        for k, m in self.measurements.items():
+            predicted = self.paths[k].weight_bytes / (bandwidth_gbs * 1e9)
+            lines.append(f"{k:28s} {predicted * 1e3:13.2f} {m.median_ms:12.2f} "
+                         f"{predicted / m.median_s:10.2f} {self.achieved_gbs(k) / bandwidth_gbs:13.0%}")
+        return "\n".join(lines)
+
     def table(self) -> str:
         """Text table: time per step, GB/s of weights, speedup over the best fp32 path."""
         lines = [f"{'path':28s} {'ms/step':>9s} {'IQR':>7s} {'GB/s':>7s} {'vs best fp32':>13s}"]
@@ -365,6 +377,24 @@ def time_paths(paths: dict[str, DecodePath], device="cpu", repeats: int = 15) ->
     """Time every path interleaved (A B C A B C ...) with bench.compare."""
     fns = {k: p.fn for k, p in paths.items()}
     return DecodeResult(paths, bench.compare(fns, device=device, repeats=repeats))
+
+
+INT8_DOT_FEATURES = ("AVX-512 VNNI", "AVX-VNNI", "AMX-INT8", "NEON DOTPROD", "I8MM")
+
+
+def int8_verdict(result: DecodeResult, bandwidth_gbs: float, simd=()) -> str:
+    """Plain-language verdict on the int8 path from its measurement: memory-bound, or limited by compute."""
+    label = result.best("int8")
+    gbs = result.achieved_gbs(label)
+    dot = [f for f in simd if f in INT8_DOT_FEATURES]
+    if memory_or_compute(gbs, bandwidth_gbs) == "memory":
+        return (f"{label} reads its weights at {gbs:.1f} GB/s, {gbs / bandwidth_gbs:.0%} of the measured "
+                f"{bandwidth_gbs:.1f} GB/s: memory-bound, so fewer bytes per weight pay off directly.")
+    why = (f"this CPU has {', '.join(dot)}, so look for overheads instead" if dot else
+           "this CPU has no int8 dot-product instructions (VNNI or similar), so each int8 multiply-add "
+           "takes several instructions")
+    return (f"{label} reads its weights at only {gbs:.1f} GB/s, {gbs / bandwidth_gbs:.0%} of the measured "
+            f"{bandwidth_gbs:.1f} GB/s: it is limited by compute, not memory; {why}.")
 
 
 def memory_or_compute(achieved_gbs: float, bandwidth_gbs: float, threshold: float = 0.5) -> str:

@@ -163,3 +163,29 @@ def test_sweep_runs_on_cuda_path_with_monkeypatched_device(monkeypatch):
     sweep = bt.measure_batch_sweep(model, (1, 2), device="cuda", repeats=1, warmup=0, progress=False)
     assert len(sweep.measurements) == 2 and calls  # timing synchronised the (fake) GPU
     assert all(m.device == "cuda" for m in sweep.measurements)
+
+
+def test_fit_weights_relative_error_and_never_returns_negative_overhead():
+    # a curve bending down at small batches would give a negative intercept: refitted through the origin
+    fit = bt.fit_latency_model([1, 2, 64, 128], [0.1, 0.2, 70.0, 140.0])
+    assert fit.overhead_ms == 0.0 and fit.per_item_ms > 0
+    plain = bt.fit_latency_model([1, 2, 4, 512], [1.0, 1.1, 1.3, 60.0], relative=False)
+    weighted = bt.fit_latency_model([1, 2, 4, 512], [1.0, 1.1, 1.3, 60.0])
+    assert abs(weighted.latency_ms(1) - 1.0) < abs(plain.latency_ms(1) - 1.0)  # small batches count
+
+
+def test_predicted_latency_memory_then_compute_bound():
+    # 1e6 params fp32 = 4 MB at 4 GB/s = 1 ms; compute 2e6*b FLOP at 1e11 FLOP/s = 0.02 ms * b
+    assert bt.predicted_latency_ms(1e6, 1, 1e11, 4.0) == pytest.approx(1.0)
+    assert bt.predicted_latency_ms(1e6, 500, 1e11, 4.0) == pytest.approx(10.0)
+    with pytest.raises(ValueError, match="batch_size"):
+        bt.predicted_latency_ms(1e6, 0, 1e11, 4.0)
+
+
+def test_sweep_table_with_prediction():
+    from hwopt import bench
+
+    sweep = bt.BatchSweep((1, 4), (bench.Measurement("a", (0.001,)), bench.Measurement("b", (0.002,))))
+    lines = bt.sweep_table(sweep, predicted_ms=[0.5, 2.0]).splitlines()
+    assert "pred/meas" in lines[0] and lines[1].split()[-1] == "0.50" and "2,000" in lines[2]
+    assert "pred" not in bt.sweep_table(sweep)

@@ -158,3 +158,22 @@ def test_torch_step_dtype_and_cuda_paths_on_cpu(stack, monkeypatch):
     assert paths["fp16 torch cuda"].precision == "fp16"
     y = paths["fp32 torch cuda"].fn()
     assert decode.relative_error(y, decode.reference(stack)) < 1e-5
+
+
+def fake_result(seconds: dict[str, float], precision: dict[str, str], n_params: float = 1e9):
+    paths = {k: decode.DecodePath(k, precision[k], lambda: None, n_params * decode.BYTES[precision[k]])
+             for k in seconds}
+    return decode.DecodeResult(paths, {k: bench.Measurement(k, (s,)) for k, s in seconds.items()})
+
+
+def test_prediction_table_and_int8_verdicts():
+    # fp32 4 GB in 0.2 s = 20 GB/s; int8 1 GB in 0.05 s = 20 GB/s (memory-bound) or 0.5 s = 2 GB/s (compute)
+    fast = fake_result({"fp32": 0.2, "int8": 0.05}, {"fp32": "fp32", "int8": "int8"})
+    text = fast.vs_prediction(25.0)
+    assert "pred/meas" in text and "80%" in text.splitlines()[1]
+    assert "memory-bound" in decode.int8_verdict(fast, 25.0)
+    slow = fake_result({"fp32": 0.2, "int8": 0.5}, {"fp32": "fp32", "int8": "int8"})
+    assert "no int8 dot-product" in decode.int8_verdict(slow, 25.0, ["AVX2", "FMA"])
+    assert "AVX-512 VNNI" in decode.int8_verdict(slow, 25.0, ["AVX-512 VNNI"])
+    with pytest.raises(ValueError, match="bandwidth_gbs"):
+        slow.vs_prediction(0)

@@ -153,7 +153,7 @@ def sync(device="cpu") -> None:
     if name.startswith("cuda"):
         import torch
 
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(name if ":" in name else None)
     elif name.startswith("mps"):
         import torch
 

@@ -259,14 +259,15 @@ def test_cuda_timing_synchronises_around_every_repeat(fake_cuda):
 
 def test_sync_cpu_is_a_no_op_and_mps_calls_mps_synchronize(monkeypatch):
     calls = []
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("cuda"))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(("cuda", device)))
     monkeypatch.setattr(torch.mps, "synchronize", lambda *a: calls.append("mps"))
     bench.sync("cpu")
     bench.sync(torch.device("cpu"))
     assert calls == []
     bench.sync("mps")
     bench.sync("cuda:0")
-    assert calls == ["mps", "cuda"]
+    bench.sync("cuda")
+    assert calls == ["mps", ("cuda", "cuda:0"), ("cuda", None)]
 
 
 def test_resolve_device_auto_prefers_cuda_then_mps_then_cpu(monkeypatch):

@@ -302,10 +302,9 @@ def plot_measurements(measurements, ax=None, *, unit: str = "ms"):
     items = list(measurements.values()) if isinstance(measurements, Mapping) else list(measurements)
     if not items or not all(isinstance(m, Measurement) for m in items):
         raise ValueError("measurements must be a non-empty sequence or mapping of Measurement objects")
-    scales = {"s": 1.0, "ms": 1e3, "us": 1e6}
-    if unit not in scales:
-        raise ValueError(f"unit must be one of {sorted(scales)}; got {unit!r}")
-    k = scales[unit]
+    if unit not in plots.TIME_UNITS:
+        raise ValueError(f"unit must be one of {sorted(plots.TIME_UNITS)}; got {unit!r}")
+    k = plots.TIME_UNITS[unit]
     ax = plots.axes(f"time per call ({unit}), median with IQR", "variant", ax=ax)
     y = range(len(items))
     medians = [m.median_s * k for m in items]

@@ -56,8 +56,17 @@ def axes(
     return ax
 
 
-def band(ax, x: Sequence[float], median: Sequence[float], low: Sequence[float], high: Sequence[float], *,
-         label: str | None = None, color: str | None = None, marker: str = "o"):
+def band(
+    ax,
+    x: Sequence[float],
+    median: Sequence[float],
+    low: Sequence[float],
+    high: Sequence[float],
+    *,
+    label: str | None = None,
+    color: str | None = None,
+    marker: str = "o",
+):
     """Plot a median line with a shaded low..high band (e.g. the IQR); returns the median's Line2D."""
     x, median, low, high = (np.asarray(v, dtype=float) for v in (x, median, low, high))
     if not (x.shape == median.shape == low.shape == high.shape) or x.ndim != 1:
@@ -68,6 +77,35 @@ def band(ax, x: Sequence[float], median: Sequence[float], low: Sequence[float], 
     (line,) = ax.plot(x, median, marker=marker, label=label, color=color)
     ax.fill_between(x, low, high, color=line.get_color(), alpha=0.25, linewidth=0)
     return line
+
+
+TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6}
+
+
+def measurement_band(
+    ax,
+    x: Sequence[float],
+    measurements: Sequence,
+    *,
+    unit: str = "ms",
+    label: str | None = None,
+    color: str | None = None,
+):
+    """band() of timing measurements (hwopt.bench.Measurement): median with the IQR shaded, in `unit`."""
+    if unit not in TIME_UNITS:
+        raise ValueError(f"unit must be one of {sorted(TIME_UNITS)}; got {unit!r}")
+    if not all(hasattr(m, "median_s") and hasattr(m, "q1_s") and hasattr(m, "q3_s") for m in measurements):
+        raise ValueError("measurements must be hwopt.bench.Measurement objects (median_s, q1_s, q3_s)")
+    k = TIME_UNITS[unit]
+    return band(
+        ax,
+        x,
+        [m.median_s * k for m in measurements],
+        [m.q1_s * k for m in measurements],
+        [m.q3_s * k for m in measurements],
+        label=label,
+        color=color,
+    )
 
 
 def finish(ax, *, legend: bool = True):

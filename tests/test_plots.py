@@ -60,3 +60,19 @@ def test_finish_adds_legend_only_with_labels_and_returns_closed_figure():
     ax2 = plots.axes("x (s)", "y (s)")
     ax2.plot([1, 2], [1, 2])
     assert plots.finish(ax2).axes[0].get_legend() is None
+
+
+def test_measurement_band_plots_medians_and_iqr_in_the_chosen_unit():
+    from hwopt.bench import Measurement
+
+    ms = [Measurement("a", (1e-3, 2e-3, 3e-3)), Measurement("b", (2e-3, 4e-3, 6e-3))]
+    ax = plots.axes("batch size", "latency (ms)")
+    line = plots.measurement_band(ax, [1, 2], ms, label="model")
+    assert list(line.get_ydata()) == [2.0, 4.0]
+    path = ax.collections[0].get_paths()[0].vertices[:, 1]
+    assert min(path) == pytest.approx(1.5) and max(path) == pytest.approx(5.0)
+    with pytest.raises(ValueError, match="unit"):
+        plots.measurement_band(ax, [1, 2], ms, unit="h")
+    with pytest.raises(ValueError, match="measurements"):
+        plots.measurement_band(ax, [1, 2], [1.0, 2.0])
+    plt.close(ax.figure)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import time
 import warnings
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 from benchmarks import course, decode_scaling, effects, fidelity, figures, grading, report
 
@@ -15,12 +18,23 @@ ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("fidelity", "effects", "notebooks", "grading", "scaling")
 
 
-def machine_card() -> dict:
-    """The toolkit's machine card for the CPU (hwopt.card): {'card': text, 'details': dict}."""
+def measured_probe(doc: dict):
+    """The toolkit probe's medians from section 1 as a Ceilings-like object for the card, or None."""
+    rows = {r["name"]: r for r in doc["fidelity"]["rows"] if r.get("candidate")}
+    bw = next((r["candidate"]["median"] for n, r in rows.items() if n.startswith("bandwidth probe")), None)
+    fl = next((r["candidate"]["median"] for n, r in rows.items() if n.startswith("FLOP/s probe")), None)
+    if bw is None or fl is None:
+        return None
+    return SimpleNamespace(bandwidth_gbs=bw, flops_by_dtype={"float32": fl * 1e9})
+
+
+def machine_card(measured=None) -> dict:
+    """The toolkit's machine card for the CPU (hwopt.card), with section 1's probe medians when measured."""
     try:
         from hwopt import card
 
-        c = card.machine_card(probe=False, device="cpu")
+        c = card.machine_card(probe=measured is not None, device="cpu", dtypes=("float32",),
+                              probe_fn=lambda *_: measured)
         return {"card": c.render(), "details": c.to_dict()}
     except (ImportError, AttributeError):  # the card is newer than the hardware summary
         from hwopt import hardware
@@ -33,6 +47,63 @@ def _log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def _section_fidelity(doc, ctx):
+    doc["fidelity"], s = fidelity.measure(ctx["build"], quick=ctx["quick"], threads=ctx["threads"])
+    ctx["stats"] += s
+
+
+def _section_effects(doc, ctx):
+    doc["effects"], _ = effects.measure(quick=ctx["quick"])
+    ctx["stats"] += report.row_stats(doc["effects"]["rows"])
+
+
+def _section_notebooks(doc, ctx):
+    doc["course_cost"]["notebooks"], notes = course.measure_notebooks(quick=ctx["quick"])
+    doc["course_cost"]["notes"] += notes
+
+
+def _section_grading(doc, ctx):
+    with quiet_stderr(ctx["build"] / "grading.log"):  # kernels started by nbgrader talk on stderr
+        summary, series, notes = grading.measure(quick=ctx["quick"], class_size=ctx["class_size"])
+    doc["course_cost"]["grading"] = summary
+    doc["scaling"]["grading"] = series
+    doc["course_cost"]["notes"] += notes
+
+
+def _section_scaling(doc, ctx):
+    doc["scaling"]["bandwidth"], notes = fidelity.bandwidth_sweep(ctx["build"], quick=ctx["quick"],
+                                                                  threads=ctx["threads"])
+    doc["scaling"]["notes"] += notes
+    doc["scaling"]["gemv"], notes, s = decode_scaling.measure(quick=ctx["quick"])
+    doc["scaling"]["notes"] += notes
+    ctx["stats"] += s
+
+
+STEPS = {
+    "fidelity": ("1. probe fidelity (STREAM, sgemm, FMA peak vs the toolkit's probes)", _section_fidelity),
+    "effects": ("2. headline effects of the lessons", _section_effects),
+    "notebooks": ("3. course cost: executing every notebook headless", _section_notebooks),
+    "grading": ("3. course cost: autograding a class of sample students", _section_grading),
+    "scaling": ("4. scaling: bandwidth vs array size, GEMV vs matrix size", _section_scaling),
+}
+
+
+@contextlib.contextmanager
+def quiet_stderr(log_path: Path):
+    """Send this process's file descriptor 2 (and its children's) to log_path for the block."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(log_path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def run(out_dir: Path, *, quick: bool, sections=SECTIONS, class_size: int | None = None,
         command: str = "make bench") -> dict:
     """Measure the requested sections, write report.{json,md} and plots into out_dir; returns the document."""
@@ -41,48 +112,30 @@ def run(out_dir: Path, *, quick: bool, sections=SECTIONS, class_size: int | None
     started, t0 = datetime.now(UTC), time.perf_counter()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    build = out_dir / "build"
-    threads = torch.get_num_threads()
+    ctx = {"build": out_dir / "build", "quick": quick, "threads": torch.get_num_threads(), "stats": [],
+           "class_size": class_size}
     skipped = "not measured in this run (--only)"
     doc = {
         "schema_version": report.SCHEMA_VERSION, "mode": "quick" if quick else "full",
         "started_utc": started.strftime("%Y-%m-%d %H:%M UTC"), "duration_s": 0.0, "command": command,
-        "machine": {**machine_card(), "threads": threads},
+        "machine": {}, "section_s": {},
         "fidelity": {"rows": [], "notes": [skipped]}, "effects": {"rows": [], "notes": [skipped]},
         "course_cost": {"notebooks": [], "grading": {"available": False, "reason": skipped}, "notes": []},
         "scaling": {"bandwidth": [], "gemv": [], "grading": [], "notes": []},
         "noise": {}, "plots": {},
     }
-    stats: list[dict] = []
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        if "fidelity" in sections:
-            _log("1. probe fidelity (STREAM, sgemm, FMA peak vs the toolkit's probes)")
-            doc["fidelity"], s = fidelity.measure(build, quick=quick, threads=threads)
-            stats += s
-        if "effects" in sections:
-            _log("2. headline effects of the lessons")
-            doc["effects"], _ = effects.measure(quick=quick)
-            stats += report.row_stats(doc["effects"]["rows"])
-        if "notebooks" in sections:
-            _log("3. course cost: executing every notebook headless")
-            doc["course_cost"]["notebooks"], notes = course.measure_notebooks(quick=quick)
-            doc["course_cost"]["notes"] += notes
-        if "grading" in sections:
-            _log("3. course cost: autograding a class of sample students")
-            summary, series, notes = grading.measure(quick=quick, class_size=class_size)
-            doc["course_cost"]["grading"] = summary
-            doc["scaling"]["grading"] = series
-            doc["course_cost"]["notes"] += notes
-        if "scaling" in sections:
-            _log("4. scaling: bandwidth vs array size, GEMV vs matrix size")
-            doc["scaling"]["bandwidth"], notes = fidelity.bandwidth_sweep(build, quick=quick, threads=threads)
-            doc["scaling"]["notes"] += notes
-            doc["scaling"]["gemv"], notes, s = decode_scaling.measure(quick=quick)
-            doc["scaling"]["notes"] += notes
-            stats += s
+        for key in SECTIONS:
+            if key in sections:
+                title, step = STEPS[key]
+                _log(title)
+                t = time.perf_counter()
+                step(doc, ctx)
+                doc["section_s"][key] = time.perf_counter() - t
     messages = [f"{w.category.__name__}: {str(w.message).splitlines()[0][:160]}" for w in seen]
-    doc["noise"] = report.noise_summary(stats, messages)
+    doc["machine"] = {**machine_card(measured_probe(doc)), "threads": ctx["threads"]}
+    doc["noise"] = report.noise_summary(ctx["stats"], messages)
     doc["plots"] = figures.save_all(doc, out_dir, fidelity.cache_sizes_bytes())
     doc["duration_s"] = time.perf_counter() - t0
     json_path, md_path = report.write_report(doc, out_dir)
@@ -101,8 +154,11 @@ def main(argv=None) -> int:
         parser.error(f"--class-size must be a positive integer, got {args.class_size}")
     out = Path(args.out)
     shown = out.resolve().relative_to(ROOT) if out.resolve().is_relative_to(ROOT) else out
-    command = "make bench" + (" ARGS=--quick" if args.quick else "") + (
-        f" OUT={shown}" if str(shown) != "benchmarks/out" else "")
+    extra = (["--quick"] if args.quick else []) + (
+        ["--only", *args.only] if set(args.only) != set(SECTIONS) else []) + (
+        [f"--class-size {args.class_size}"] if args.class_size else [])
+    command = "make bench" + (f" ARGS='{' '.join(extra)}'" if len(extra) > 1 else f" ARGS={extra[0]}" if extra
+                              else "") + (f" OUT={shown}" if str(shown) != "benchmarks/out" else "")
     run(out, quick=args.quick, sections=tuple(args.only), class_size=args.class_size, command=command)
     return 0
 

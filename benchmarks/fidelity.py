@@ -56,7 +56,7 @@ def measure(build_dir: Path, *, quick: bool, threads: int, progress=None) -> tup
     """Section 1 rows and notes (probes vs references, interleaved rounds), and its statistics series."""
     from hwopt import probe
 
-    rounds = 3 if quick else 6
+    rounds = 2 if quick else 6
     caches = cache_sizes_bytes()
     notes: list[str] = []
     rows: list[dict] = []
@@ -160,7 +160,7 @@ def bandwidth_sweep(build_dir: Path, *, quick: bool, threads: int) -> tuple[list
     except native.NativeUnavailable as exc:
         exe = None
         notes.append(f"C STREAM curve not measured: {exc}")
-    trials = 3 if quick else 7
+    trials = 2 if quick else 7
     with bench.threads(threads):
         for size in sweep_sizes(quick):
             n = native.stream_elements_for(size)

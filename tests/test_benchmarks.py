@@ -263,3 +263,12 @@ def test_grading_is_reported_not_available_without_the_grading_kit(monkeypatch, 
     monkeypatch.setattr(grading, "GRADE_CLASS", tmp_path / "autograder" / "grade_class.py")
     summary, series, notes = grading.measure(quick=True)
     assert summary["available"] is False and "grade_class.py" in summary["reason"] and series == []
+
+
+def test_the_machine_card_shows_the_probe_medians_of_section_one():
+    from benchmarks.__main__ import measured_probe
+
+    probe = measured_probe({"fidelity": {"rows": fake_doc()["fidelity"]["rows"] + [report.fidelity_row(
+        "FLOP/s probe / best sgemm", rate("p", (90.0, 100.0), "GFLOP/s"), rate("b", (110.0,), "GFLOP/s"))]}})
+    assert probe.bandwidth_gbs == 10.0 and probe.flops_by_dtype == {"float32": 95.0e9}
+    assert measured_probe({"fidelity": {"rows": []}}) is None

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 import sys
+import tempfile
 import time
 import warnings
 from datetime import UTC, datetime
@@ -112,7 +113,8 @@ def run(out_dir: Path, *, quick: bool, sections=SECTIONS, class_size: int | None
     started, t0 = datetime.now(UTC), time.perf_counter()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    ctx = {"build": out_dir / "build", "quick": quick, "threads": torch.get_num_threads(), "stats": [],
+    build = Path(tempfile.mkdtemp(prefix="hwopt-bench-"))  # compiled kernels and logs stay out of the report
+    ctx = {"build": build, "quick": quick, "threads": torch.get_num_threads(), "stats": [],
            "class_size": class_size}
     skipped = "not measured in this run (--only)"
     doc = {

@@ -280,6 +280,30 @@ def _sections_s(doc: dict) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
+def summary_table(doc: dict) -> str:
+    """Markdown table of every goal in the report: ratio (or seconds), goal, verdict; then a count line."""
+    lines = ["| goal | measured | target | verdict |", "|---|---|---|---|"]
+    results = []
+    for section in ("fidelity", "effects"):
+        for r in doc[section]["rows"]:
+            if r["goal"] is not None:
+                ratio, goal = _fmt(r["ratio"]), _fmt(r["goal"])
+                lines.append(f"| {r['name']} | {ratio}x | >= {goal}x | {r['verdict']} |")
+                results.append(r["verdict"])
+    ran = [r for r in doc["course_cost"]["notebooks"] if r["status"] != "skipped"]
+    if ran:
+        met = sum(r["verdict"] == MEETS for r in ran)
+        slowest = max(ran, key=lambda r: r["seconds"] or 0)
+        verdict_nb = MEETS if met == len(ran) else BELOW
+        lines.append(f"| every notebook headless | {met} of {len(ran)} within goal (slowest "
+                     f"{_fmt(slowest['seconds'])} s) | <= {_fmt(NOTEBOOK_GOAL_S)} s each | {verdict_nb} |")
+        results.append(verdict_nb)
+    missing = results.count(UNAVAILABLE)
+    count = f"{results.count(MEETS)} of {len(results)} goals met"
+    count += f"; {missing} not available" if missing else ""
+    return "\n".join(lines) + f"\n\n{count}."
+
+
 def render_markdown(doc: dict) -> str:
     """The whole report as Markdown, from a report document (see SCHEMA)."""
     fid, eff, cost, scal, noise = (doc[k] for k in ("fidelity", "effects", "course_cost", "scaling", "noise"))
@@ -290,6 +314,7 @@ def render_markdown(doc: dict) -> str:
         "it by hand.\n",
         "Ratios are medians of measurements taken in one run with interleaved repeats; the range in "
         "brackets is the IQR of the per-repeat ratios; statistics cells show median (IQR, best, repeats).\n",
+        "## Summary\n", summary_table(doc), "",
         "## The machine\n", "```\n" + doc["machine"]["card"].rstrip() + "\n```\n",
         "## 1. Probe fidelity: the toolkit's probes vs reference kernels\n",
         ratio_table(fid["rows"], baseline_header="reference", candidate_header="toolkit probe"), "",

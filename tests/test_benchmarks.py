@@ -155,6 +155,14 @@ def test_markdown_shows_machine_ratios_verdicts_and_reasons():
     assert "5.00 s per submission-notebook" in md and "UserWarning: careful" in md
 
 
+def test_the_summary_counts_goals_met_including_notebooks():
+    table = report.summary_table(fake_doc())
+    assert "| int8 / fp32 | 5.00x | >= 2.50x | meets goal |" in table
+    assert "| every notebook headless | 1 of 2 within goal (slowest 120 s) | <= 90.0 s each | below goal |" \
+        in table
+    assert table.endswith("1 of 4 goals met; 1 not available.")  # bandwidth 10 / 12 is below 0.9
+
+
 def test_markdown_says_when_grading_was_not_available():
     doc = fake_doc()
     doc["course_cost"]["grading"] = {"available": False, "reason": "hwopt.grading is not in the toolkit"}

@@ -54,6 +54,7 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 # Any stderr output zeroes a test cell: drop warnings (a correct answer that warns keeps its points).
+c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r"(?i)warn"
 
 # Feedback: no hidden tests, and errors in test cells without tracebacks (they would quote hidden lines).

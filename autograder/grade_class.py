@@ -1,0 +1,318 @@
+"""Grade a class: every submission gets a score or an explicit, logged failure; one never stops the others.
+
+Runs nbgrader's own steps (generate_assignment, autograde, generate_feedback, export) through its Python
+API, one student and assignment at a time, with the repository's nbgrader_config.py:
+
+    python autograder/grade_class.py grade [--course .]        # a real class: submitted/ -> grades_report.csv
+    python autograder/grade_class.py demo [--students 20]      # sample submissions, graded in artifacts/
+
+Before nbgrader sees a submission it is checked (notebook missing, not valid JSON/nbformat): such a
+submission is recorded as 0 with its reason instead of failing silently. After autograde the graded copy
+must exist (nbgrader deletes it on failure), and every feedback page is searched for hidden test lines.
+grades_report.csv has one row per student and assignment: score, max_score, status, notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import html
+import json
+import os
+import re
+import shutil
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import samples  # noqa: E402
+
+from hwopt.grading import HIDDEN_BEGIN, HIDDEN_END  # noqa: E402
+
+# nbgrader log lines worth a note in the report: (pattern, note)
+LOG_NOTES = (
+    (r"Attribute '(points|locked|cell_type)' for cell", "edited cell metadata reset"),
+    (r"Restoring nbgrader metadata", "missing cell metadata restored"),
+    (r"restarting the kernel", "a cell ignored the interrupt: kernel restarted"),
+    (r"Timeout waiting for execute reply", "a cell timed out"),
+)
+
+
+@dataclass
+class Row:
+    """One student's result for one assignment."""
+
+    student: str
+    assignment: str
+    score: float = 0.0
+    max_score: float = 0.0
+    status: str = "ok"  # ok | not submitted | missing notebook | invalid notebook | autograde failed | ...
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def load_config(course: Path, timeout_s: int | None = None):
+    """The repository's nbgrader_config.py, pointed at another course folder (and cell timeout)."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    cfg = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    cfg.CourseDirectory.root = str(course)
+    cfg.CourseDirectory.db_url = f"sqlite:///{course / 'gradebook.db'}"
+    if timeout_s is not None:
+        cfg.Execute.timeout = timeout_s
+    return cfg
+
+
+def make_api(course: Path, timeout_s: int | None = None):
+    """nbgrader's API object for the course folder."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    bin_dir = str(Path(sys.executable).parent)  # nbgrader creates a gradebook by running `alembic`
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+    cfg = load_config(course, timeout_s)
+    return NbGraderAPI(coursedir=CourseDirectory(config=cfg), config=cfg)
+
+
+def prepare_course(course: Path, root: Path = ROOT) -> Path:
+    """A course folder whose source/ is the repository's (linked); nbgrader's working folders go there."""
+    course.mkdir(parents=True, exist_ok=True)
+    link = course / "source"
+    if course.resolve() != root.resolve() and not link.exists():
+        link.symlink_to((root / "source").resolve(), target_is_directory=True)
+    return course
+
+
+def hidden_lines(assignment: str, root: Path = ROOT) -> set[str]:
+    """Every non-trivial line inside a hidden-test region of the assignment's source notebook."""
+    lines, hidden = set(), False
+    for cell in samples.load("source", assignment, root).cells:
+        for line in cell.source.split("\n"):
+            if HIDDEN_BEGIN in line:
+                hidden = True
+            elif HIDDEN_END in line:
+                hidden = False
+            elif hidden and len(line.strip()) > 12:
+                lines.add(line.strip())
+    return lines
+
+
+def feedback_leaks(html_text: str, secret_lines: set[str]) -> list[str]:
+    """Hidden test lines that appear in a feedback page (tags stripped, entities decoded)."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", html_text))
+    return sorted(line for line in secret_lines if line in text)
+
+
+def check_notebook(path: Path) -> str | None:
+    """Why a submitted notebook cannot be graded (missing, not JSON, not a notebook), or None if it can."""
+    if not path.exists():
+        return "missing notebook"
+    try:
+        nbformat.validate(nbformat.read(path, as_version=4))
+    except Exception as err:  # not JSON, not UTF-8, not a notebook, an unknown nbformat version, ...
+        return f"invalid notebook ({type(err).__name__}: {str(err).splitlines()[0][:80]})"
+    return None
+
+
+def tampering(submitted: Path, released: Path) -> list[str]:
+    """Notes on locked cells a student edited or deleted (the grader restores them; the report says so)."""
+    def cells(path):
+        nb = nbformat.read(path, as_version=4)
+        return {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}, nb
+
+    (mine, nb), (theirs, _) = cells(submitted), cells(released)
+    sources = {c.source.strip() for c in nb.cells}
+    locked = {gid: c for gid, c in theirs.items() if gid and c.metadata["nbgrader"].get("locked")}
+    edited = [gid for gid, c in locked.items() if gid in mine and mine[gid].source.strip() != c.source.strip()
+              and c.source.strip() not in sources]
+    deleted = [gid for gid, c in locked.items() if gid not in mine and c.source.strip() not in sources]
+    notes = [f"edited locked cells restored: {', '.join(edited)}"] if edited else []
+    return notes + ([f"deleted locked cells restored: {', '.join(deleted)}"] if deleted else [])
+
+
+def record_zero(api, assignment: str, student: str) -> None:
+    """A gradebook submission with no credit, so exports show the student (with 0, as the report explains)."""
+    from nbgrader.api import Gradebook
+
+    with warnings.catch_warnings(), Gradebook(api.coursedir.db_url, api.coursedir.course_id) as gb:
+        warnings.simplefilter("ignore")  # SQLAlchemy autoflush chatter inside nbgrader's add_submission
+        gb.update_or_create_student(student)
+        gb.update_or_create_submission(assignment, student)
+        for notebook in gb.find_submission(assignment, student).notebooks:
+            for grade in notebook.grades:
+                grade.auto_score = 0.0
+                grade.needs_manual_grade = False
+        gb.db.commit()
+
+
+def read_score(api, assignment: str, student: str) -> tuple[float, float]:
+    """(score, max_score) of a submission from the gradebook (manual grades included)."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(api.coursedir.db_url, api.coursedir.course_id) as gb:
+        sub = gb.find_submission(assignment, student)
+        return float(sub.score), float(sub.max_score)
+
+
+def grade_one(api, course: Path, assignment: str, student: str, force: bool = True) -> Row:
+    """Autograde and give feedback for one student's assignment; never raises for a bad submission."""
+    row, start = Row(student, assignment), time.perf_counter()
+    notebook = samples.notebook_name(assignment)
+    folder = course / "submitted" / student / assignment
+    log_path = course / "logs" / f"{student}.{assignment}.log"
+    log_path.parent.mkdir(exist_ok=True)
+    problem = check_notebook(folder / f"{notebook}.ipynb") if folder.is_dir() else "not submitted"
+    if problem == "not submitted":
+        row.status = problem
+    elif problem:
+        row.status = problem.split(" (")[0]
+        row.notes.append(problem)
+        record_zero(api, assignment, student)
+        log_path.write_text(f"not graded: {problem}\n")
+    else:
+        graded = course / "autograded" / student / assignment / f"{notebook}.ipynb"
+        row.notes += tampering(folder / f"{notebook}.ipynb", course / "release" / assignment / graded.name)
+        if force or not graded.exists():
+            result = api.autograde(assignment, student, force=True, create=True)
+            log_path.write_text(result.get("log", "") + result.get("error", ""))
+            row.notes += [note for pattern, note in LOG_NOTES if re.search(pattern, result.get("log", ""))]
+            if not (result["success"] and graded.exists()):
+                row.status = "autograde failed"
+                last = (result.get("error") or result.get("log") or "").strip().splitlines()[-1:]
+                row.notes.append(f"see {log_path.relative_to(course)}: {' '.join(last)[:120]}")
+                record_zero(api, assignment, student)
+        if row.status == "ok":
+            row.status = give_feedback(api, course, assignment, student, row)
+    try:
+        row.score, row.max_score = read_score(api, assignment, student)
+    except Exception:  # not submitted: no gradebook entry
+        row.max_score = max_score(api, assignment)
+    row.seconds = time.perf_counter() - start
+    return row
+
+
+def give_feedback(api, course: Path, assignment: str, student: str, row: Row) -> str:
+    """Generate the student's feedback page; delete it (and say so) if it shows any hidden test line."""
+    result = api.generate_feedback(assignment, student, force=True)
+    page = course / "feedback" / student / assignment / f"{samples.notebook_name(assignment)}.html"
+    if not (result["success"] and page.exists()):
+        row.notes.append("feedback failed")
+        return "ok"
+    leaks = feedback_leaks(page.read_text(), hidden_lines(assignment))
+    if leaks:
+        page.unlink()
+        row.notes.append(f"feedback withheld: it showed hidden tests ({leaks[0][:40]}...)")
+        return "feedback leak"
+    return "ok"
+
+
+def max_score(api, assignment: str) -> float:
+    """Points available in an assignment."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(api.coursedir.db_url, api.coursedir.course_id) as gb:
+        return float(gb.find_assignment(assignment).max_score)
+
+
+def release(api, course: Path, assignments) -> None:
+    """generate_assignment for each assignment not yet in the course's release/ (fills the gradebook)."""
+    for assignment in assignments:
+        if not (course / "release" / assignment).exists():
+            result = api.generate_assignment(assignment, force=True, create=True)
+            if not result["success"]:
+                raise RuntimeError(f"generate_assignment {assignment} failed:\n{result.get('error')}")
+
+
+def export(api, course: Path) -> Path:
+    """nbgrader's standard grades.csv (what `nbgrader export` writes)."""
+    from nbgrader.api import Gradebook
+    from nbgrader.plugins import CsvExportPlugin
+
+    dest = course / "grades.csv"
+    with Gradebook(api.coursedir.db_url, api.coursedir.course_id) as gb:
+        CsvExportPlugin(to=str(dest)).export(gb)
+    return dest
+
+
+def write_report(rows: list[Row], path: Path) -> Path:
+    """grades_report.csv: student, assignment, score, max_score, status, notes, seconds."""
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(asdict(rows[0])) if rows else ["student"])
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({**asdict(row), "notes": "; ".join(row.notes), "seconds": f"{row.seconds:.2f}"})
+    return path
+
+
+def grade_class(course: Path, assignments=samples.ASSIGNMENTS, timeout_s: int | None = None,
+                force: bool = True, log=print) -> list[Row]:
+    """Grade every student folder in course/submitted for each assignment; write the report and grades.csv."""
+    api = make_api(course, timeout_s)
+    release(api, course, assignments)
+    students = sorted(p.name for p in (course / "submitted").iterdir() if p.is_dir())
+    rows = []
+    for student in students:
+        for assignment in assignments:
+            try:
+                row = grade_one(api, course, assignment, student, force=force)
+            except Exception as err:  # a bug of ours or nbgrader's: report it, grade the others
+                row = Row(student, assignment, status="grader error", notes=[f"{type(err).__name__}: {err}"])
+            rows.append(row)
+            log(f"{student:>14} {assignment:<20} {row.score:5.1f}/{row.max_score:<5.1f} {row.status:<17} "
+                f"{'; '.join(row.notes)}")
+    write_report(rows, course / "grades_report.csv")
+    export(api, course)
+    return rows
+
+
+def demo(course: Path, n_students: int | None = None, timeout_s: int | None = None,
+         targets_only: bool = False, log=print) -> dict:
+    """Grade the sample students (or a class of n_students cycling through them); return timing figures.
+
+    Every student submits all four assignments unless targets_only (each sample only what it is about).
+    """
+    if course.exists():
+        shutil.rmtree(course)
+    prepare_course(course)
+    api = make_api(course, timeout_s)
+    release(api, course, samples.ASSIGNMENTS)
+    students = samples.class_of(n_students) if n_students else None
+    written = samples.write_submissions(course / "submitted", students, targets_only, root=ROOT)
+    start = time.perf_counter()
+    rows = grade_class(course, timeout_s=timeout_s, log=log)
+    seconds = time.perf_counter() - start
+    figures = {"students": len({r.student for r in rows}), "notebooks_submitted": len(written), "rows": rows,
+               "seconds": round(seconds, 1), "seconds_per_notebook": round(seconds / max(1, len(written)), 2),
+               "report": str(course / "grades_report.csv")}
+    log(json.dumps({k: v for k, v in figures.items() if k != "rows"}))
+    return figures
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("grade", help="grade course/submitted (a real class)")
+    g.add_argument("--course", type=Path, default=ROOT)
+    g.add_argument("--no-force", action="store_true", help="skip submissions already autograded")
+    d = sub.add_parser("demo", help="grade the sample submissions in a scratch course folder")
+    d.add_argument("--course", type=Path, default=ROOT / "artifacts" / "grading-demo")
+    d.add_argument("--students", type=int, default=None, help="class size (cycles through the samples)")
+    for p in (g, d):
+        p.add_argument("--timeout", type=int, default=None, help="seconds per cell (default: config)")
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        demo(args.course.resolve(), args.students, args.timeout)
+        return 0
+    rows = grade_class(args.course.resolve(), timeout_s=args.timeout, force=not args.no_force)
+    return 0 if all(r.status in ("ok", "not submitted") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

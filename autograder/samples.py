@@ -1,0 +1,259 @@
+"""Sample submissions, derived from source/ and release/ so they stay in sync with the assignments.
+
+Each sample student is one way a submission can go right or wrong; `write_submissions` lays them out as
+nbgrader's submitted/<student>/<assignment>/<notebook>.ipynb. A student's assignments not named in its
+variants are the correct solution. EXPECTED holds the scores the grader must give (tests check them).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSIGNMENTS = ("batching", "bandwidth_precision", "latency_budget", "quiz")
+SOLUTION_MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
+
+
+def notebook_name(assignment: str) -> str:
+    """Each assignment has one notebook, named after it."""
+    return assignment
+
+
+def load(kind: str, assignment: str, root: Path = ROOT):
+    """The source/ or release/ notebook of an assignment."""
+    return nbformat.read(root / kind / assignment / f"{notebook_name(assignment)}.ipynb", as_version=4)
+
+
+def _grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def solved(assignment: str, root: Path = ROOT):
+    """What a student who solved everything submits: the release notebook with the solutions typed in."""
+    answers = {_grade_id(c): c.source for c in load("source", assignment, root).cells
+               if c.metadata.get("nbgrader", {}).get("solution")}
+    nb = load("release", assignment, root)
+    for cell in nb.cells:
+        if _grade_id(cell) in answers:
+            cell.source = "\n".join(line for line in answers[_grade_id(cell)].split("\n")
+                                    if not SOLUTION_MARKERS.match(line))
+    return nb
+
+
+def cell(nb, grade_id: str):
+    """The cell with this nbgrader grade_id."""
+    return next(c for c in nb.cells if _grade_id(c) == grade_id)
+
+
+def edit(nb, grade_id: str, old: str, new: str):
+    """Replace text in one cell (the text must be there: samples break loudly when a notebook changes)."""
+    target = cell(nb, grade_id)
+    if old not in target.source:
+        raise ValueError(f"{grade_id}: {old!r} not found; update autograder/samples.py")
+    target.source = target.source.replace(old, new)
+    return nb
+
+
+# ---- the variants: (assignment, release, solved) -> notebook | bytes (a broken file) | None (no file) ----
+
+def v_correct(a, release, good):
+    return good
+
+
+def v_blank(a, release, good):
+    return release
+
+
+def v_wrong(a, release, good):
+    if a == "latency_budget":  # "<" instead of "<=", and the last duplicate instead of the worst
+        edit(good, "largest_batch", "latency_ms <= budget_ms", "latency_ms < budget_ms")
+        return edit(good, "largest_batch", "max(latency_ms, worst.get(batch_size, latency_ms))", "latency_ms")
+    if a == "quiz":  # three wrong answers
+        for q in ("q1", "q4", "q6"):
+            c = cell(good, q)
+            c.source = re.sub(r'(_answer = )"([a-d])"', lambda m: f'{m[1]}"{"b" if m[2] != "b" else "c"}"',
+                              re.sub(r"(_answer = )([0-9.]+)", r"\g<1>1.0", c.source))
+        return good
+    return good
+
+
+def v_raises(a, release, good):
+    if a == "batching":  # the flattening part raises, the rest is right
+        return edit(good, "flattening", "    best_batch, best_throughput_per_s",
+                    "    raise RuntimeError('not finished')\n    best_batch, best_throughput_per_s")
+    return good
+
+
+def v_infinite_loop(a, release, good):
+    if a == "latency_budget":  # searches downward for a batch that fits and never stops when none does
+        return edit(good, "largest_batch", "    if not fitting:\n        return None, 0.0",
+                    "    while not fitting:\n        pass")
+    return good
+
+
+def v_sigint_loop(a, release, good):
+    if a == "latency_budget":  # the same, and the loop ignores the interrupt (Ctrl-C)
+        return edit(good, "largest_batch", "    if not fitting:\n        return None, 0.0",
+                    "    import signal\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                    "    while not fitting:\n        pass")
+    return good
+
+
+def v_edited_tests(a, release, good):
+    if a == "latency_budget":  # wrong code, tests edited to pass, one test deleted, points inflated
+        edit(good, "largest_batch", "latency_ms <= budget_ms", "latency_ms < budget_ms")
+        cell(good, "test_on_budget").source = "pass  # tests are for other people"
+        cell(good, "test_fits").metadata["nbgrader"]["points"] = 100
+        cell(good, "test_fits").metadata["nbgrader"]["locked"] = False
+        good.cells = [c for c in good.cells if _grade_id(c) != "test_non_monotonic"]
+    return good
+
+
+def v_hardcoded(a, release, good):
+    if a == "latency_budget":  # answers typed in for the visible examples only
+        cell(good, "largest_batch").source = '''\
+def largest_batch_within_budget(batch_sizes, latencies_ms, budget_ms):
+    known = {30: (16, 640.0), 100: (64, 800.0), 5: (None, 0.0), 43: (32, 32 / 0.043), 10: (4, 500.0),
+             20: (1, 1000 / 9)}
+    if budget_ms <= 0 or len(batch_sizes) != len(latencies_ms):
+        raise ValueError("budget_ms batch_sizes latencies_ms")
+    return known.get(budget_ms, (None, 0.0))'''
+    return good
+
+
+def v_stderr(a, release, good):
+    if a == "batching":  # correct, and noisy on stderr (warnings module and plain prints)
+        return edit(good, "throughput", "def throughput_per_s(batch_size, latency_ms):\n",
+                    "def throughput_per_s(batch_size, latency_ms):\n"
+                    "    import sys, warnings\n"
+                    "    warnings.warn('this function is deprecated', DeprecationWarning)\n"
+                    "    warnings.warn('a user warning')\n"
+                    "    print('Warning: computing throughput', file=sys.stderr)\n")
+    return good
+
+
+def v_memory_hog(a, release, good):
+    if a == "bandwidth_precision":  # Part 3 "loads" the model to check it: 14+ GB, page by page
+        return edit(good, "chip_tokens", "def chip_tokens_per_s(chip_name, n_params, precision):\n",
+                    "def chip_tokens_per_s(chip_name, n_params, precision):\n"
+                    "    import numpy as np\n"
+                    "    weights = np.ones(int(n_params), dtype=np.float16)  # touches every page\n"
+                    "    del weights\n")
+    return good
+
+
+def v_invalid_json(a, release, good):
+    if a == "quiz":
+        return nbformat.writes(good).encode()[:1500]  # an interrupted upload
+    return good
+
+
+def v_missing(a, release, good):
+    return None if a == "latency_budget" else good
+
+
+def v_colab(a, release, good):
+    if a == "latency_budget":  # File > Download .ipynb from Colab: nbformat 4.0, Colab's metadata, outputs
+        return colab_download(good)
+    return good
+
+
+def v_stripped(a, release, good):
+    if a == "latency_budget":  # every cell lost its nbgrader metadata (e.g. cells copied into a new notebook)
+        for c in good.cells:
+            c.metadata = {}
+    return good
+
+
+def colab_download(nb):
+    """A notebook as Colab's File > Download .ipynb writes it (nbformat 4.0: no cell ids; Colab metadata)."""
+    data = json.loads(nbformat.writes(nb))
+    data["nbformat_minor"] = 0
+    data["metadata"] = {"colab": {"provenance": [], "toc_visible": True}, "accelerator": "GPU",
+                        "kernelspec": {"name": "python3", "display_name": "Python 3"},
+                        "language_info": {"name": "python"}}
+    for i, c in enumerate(data["cells"]):
+        c.pop("id", None)
+        c["metadata"] = {**c["metadata"], "id": f"c{i:04x}colab"}
+        if c["cell_type"] == "code":
+            c["metadata"]["colab"] = {"base_uri": "https://localhost:8080/"}
+            c["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["ran on Colab\n"]}]
+            c["execution_count"] = i
+    return json.dumps(data, indent=1).encode()
+
+
+Variant = Callable[..., object]
+STUDENTS: dict[str, Variant] = {
+    "correct": v_correct, "blank": v_blank, "wrong": v_wrong, "raises": v_raises,
+    "infinite_loop": v_infinite_loop, "sigint_loop": v_sigint_loop, "edited_tests": v_edited_tests,
+    "hardcoded": v_hardcoded, "stderr": v_stderr, "memory_hog": v_memory_hog, "invalid_json": v_invalid_json,
+    "missing": v_missing, "colab": v_colab, "stripped": v_stripped,
+}
+
+ALL = ASSIGNMENTS
+# The assignments each sample is about (the end-to-end test grades only these; a class demo grades all).
+TARGETS = {"correct": ALL, "blank": ALL, "wrong": ("latency_budget", "quiz"), "raises": ("batching",),
+           "infinite_loop": ("latency_budget",), "sigint_loop": ("latency_budget",),
+           "edited_tests": ("latency_budget",), "hardcoded": ("latency_budget",), "stderr": ("batching",),
+           "memory_hog": ("bandwidth_precision",), "invalid_json": ("quiz",), "missing": ("latency_budget",),
+           "colab": ("latency_budget",), "stripped": ("latency_budget",)}
+FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "quiz": 10.0}
+# (student, assignment) -> (score, status) the grader must give.
+EXPECTED = {
+    **{("correct", a): (FULL[a], "ok") for a in ALL},
+    **{("blank", a): (0.0, "ok") for a in ALL},
+    ("wrong", "latency_budget"): (7.0, "ok"),  # on-budget (1), duplicates (2), model at 100 ms exactly (2)
+    ("wrong", "quiz"): (7.0, "ok"),  # three wrong answers
+    ("raises", "batching"): (6.0, "ok"),  # only the flattening part (2) raises
+    ("infinite_loop", "latency_budget"): (9.0, "ok"),  # the two cells where nothing fits time out (1 + 2)
+    ("sigint_loop", "latency_budget"): (9.0, "ok"),  # same, the kernel is restarted instead of interrupted
+    ("edited_tests", "latency_budget"): (9.0, "ok"),  # tests restored: "<" loses on-budget (1) and model (2)
+    ("hardcoded", "latency_budget"): (1.0, "ok"),  # only "nothing fits" (its default answer) survives
+    ("stderr", "batching"): (8.0, "ok"),
+    ("memory_hog", "bandwidth_precision"): (6.0, "ok"),  # MemoryError in Part 3 only
+    ("invalid_json", "quiz"): (0.0, "invalid notebook"),
+    ("missing", "latency_budget"): (0.0, "missing notebook"),
+    ("colab", "latency_budget"): (12.0, "ok"),
+    ("stripped", "latency_budget"): (12.0, "ok"),
+}
+
+
+def submission(student: str, assignment: str, root: Path = ROOT):
+    """The notebook (or raw bytes, or None) that this sample student submits for this assignment."""
+    return STUDENTS[student](assignment, load("release", assignment, root), solved(assignment, root))
+
+
+def write_submissions(submitted: Path, students: dict[str, str] | None = None, targets_only: bool = False,
+                      root: Path = ROOT) -> list[tuple[str, str]]:
+    """Write submitted/<student>/<assignment>/<notebook>.ipynb; students maps id -> sample name.
+
+    targets_only: each sample submits only the assignments it is about (TARGETS), else all four.
+    """
+    students = students or {name: name for name in STUDENTS}
+    written = []
+    for student_id, sample in students.items():
+        for assignment in TARGETS[sample] if targets_only else ASSIGNMENTS:
+            content = submission(sample, assignment, root)
+            folder = Path(submitted) / student_id / assignment
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"{notebook_name(assignment)}.ipynb"
+            if content is None:
+                continue
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                nbformat.write(copy.deepcopy(content), path)
+            written.append((student_id, assignment))
+    return written
+
+
+def class_of(n_students: int) -> dict[str, str]:
+    """n_students ids (student01, ...) cycling through the samples: a class for timing the pipeline."""
+    names = list(STUDENTS)
+    return {f"student{i + 1:02d}": names[i % len(names)] for i in range(n_students)}

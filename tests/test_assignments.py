@@ -1,0 +1,81 @@
+"""The graded assignments (source/, release/): structure that keeps grading fair and hidden tests hidden."""
+
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "autograder"))
+import samples  # noqa: E402
+
+from hwopt.grading import HIDDEN_BEGIN, HIDDEN_END, strip_hidden_tests  # noqa: E402
+
+
+def nbg(cell) -> dict:
+    return cell.metadata.get("nbgrader", {})
+
+
+def graded_cells(nb):
+    return [c for c in nb.cells if nbg(c).get("grade") and c.cell_type == "code"]
+
+
+def hidden_region(source: str) -> str:
+    return source.split(HIDDEN_BEGIN, 1)[1].split(HIDDEN_END, 1)[0] if HIDDEN_BEGIN in source else ""
+
+
+@pytest.mark.parametrize("assignment", samples.ASSIGNMENTS)
+def test_setup_cell_comes_first_and_is_locked(assignment):
+    for kind in ("source", "release"):
+        first = samples.load(kind, assignment).cells[0]
+        assert "colab-setup" in first.metadata.get("tags", []), f"{kind}/{assignment}: setup cell first"
+        assert nbg(first).get("locked"), f"{kind}/{assignment}: setup cell locked (restored at grading)"
+
+
+@pytest.mark.parametrize("assignment", samples.ASSIGNMENTS)
+def test_every_test_cell_has_points_and_hidden_tests(assignment):
+    cells = graded_cells(samples.load("source", assignment))
+    assert len(cells) >= 4, "questions are split into several graded cells (partial credit)"
+    for cell in cells:
+        assert nbg(cell)["locked"] and nbg(cell)["points"] > 0, nbg(cell)["grade_id"]
+        assert re.search(r"\bassert\b", hidden_region(cell.source)), nbg(cell)["grade_id"]
+    assert sum(nbg(c)["points"] for c in cells) == samples.FULL[assignment]
+
+
+@pytest.mark.parametrize("assignment", samples.ASSIGNMENTS)
+def test_hidden_test_messages_reveal_no_expected_values(assignment):
+    """A failing hidden assert shows only its message: the message must be generic ('hidden test: ...')."""
+    for cell in graded_cells(samples.load("source", assignment)):
+        statements = re.split(r"\n(?=\S)", hidden_region(cell.source).strip())
+        for statement in statements:
+            if statement.startswith("assert"):
+                assert "hidden test" in statement or statement.rstrip().endswith("_MSG"), statement
+
+
+@pytest.mark.parametrize("assignment", samples.ASSIGNMENTS)
+def test_release_has_no_solutions_and_no_hidden_tests(assignment):
+    source, release = samples.load("source", assignment), samples.load("release", assignment)
+    text = nbformat.writes(release)
+    assert HIDDEN_BEGIN not in text and "BEGIN SOLUTION" not in text
+    solutions = [c for c in release.cells if nbg(c).get("solution")]
+    assert solutions and all("raise NotImplementedError()" in c.source for c in solutions)
+    for mine, theirs in zip(graded_cells(source), graded_cells(release), strict=True):
+        assert theirs.source == strip_hidden_tests(mine.source)
+
+
+def test_quiz_answers_cannot_be_read_from_the_visible_tests():
+    quiz = samples.load("source", "quiz")
+    answers = {nbg(c)["grade_id"]: c.source for c in quiz.cells if nbg(c).get("solution")}
+    assert len(answers) == 10
+    for cell in graded_cells(samples.load("release", "quiz")):
+        assert "==" not in cell.source, "visible quiz checks test the format only"
+        assert "hashlib" not in cell.source
+
+
+def test_nothing_graded_depends_on_time_or_the_machine():
+    for assignment in samples.ASSIGNMENTS:
+        text = nbformat.writes(samples.load("source", assignment))
+        for needle in ("import time", "perf_counter", "time.time", "torch.cuda", "probe", "hwopt.bench"):
+            assert needle not in text, f"{assignment}: {needle}"

@@ -1,0 +1,82 @@
+"""The class-grading pipeline on the samples: fair scores, explicit failures, no leaks, safe reruns."""
+
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "autograder"))
+import grade_class  # noqa: E402
+import samples  # noqa: E402
+
+pytestmark = pytest.mark.slow
+TIMEOUT_S = 4  # per cell while testing: each endless loop costs about this plus a restart
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    course = tmp_path_factory.mktemp("class") / "course"
+    figures = grade_class.demo(course, timeout_s=TIMEOUT_S, targets_only=True, log=lambda *_: None)
+    return course, {(r.student, r.assignment): r for r in figures["rows"]}
+
+
+def test_every_sample_gets_its_expected_score_and_status(graded):
+    _, rows = graded
+    got = {key: (rows[key].score, rows[key].status) for key in samples.EXPECTED}
+    assert got == samples.EXPECTED
+    others = {key: row.status for key, row in rows.items() if key not in samples.EXPECTED}
+    assert set(others.values()) == {"not submitted"}
+
+
+def test_hangs_tampering_and_lost_metadata_are_noted_in_the_report(graded):
+    course, rows = graded
+    notes = {key: "; ".join(row.notes) for key, row in rows.items()}
+    assert "kernel restarted" in notes[("sigint_loop", "latency_budget")]
+    assert "timed out" in notes[("infinite_loop", "latency_budget")]
+    assert "edited locked cells restored: test_on_budget" in notes[("edited_tests", "latency_budget")]
+    assert "deleted locked cells restored: test_non_monotonic" in notes[("edited_tests", "latency_budget")]
+    assert "metadata restored" in notes[("stripped", "latency_budget")]
+    assert "JSON" in notes[("invalid_json", "quiz")]
+    with (course / "grades_report.csv").open() as f:
+        report = list(csv.DictReader(f))
+    assert len(report) == len(rows) and {"score", "max_score", "status", "notes"} <= set(report[0])
+
+
+def test_feedback_never_shows_hidden_tests(graded):
+    course, rows = graded
+    pages = list((course / "feedback").glob("*/*/*.html"))
+    assert len(pages) == sum(row.status == "ok" for row in rows.values())
+    for page in pages:
+        text = page.read_text()
+        assert "HIDDEN TESTS" not in text
+        assert not grade_class.feedback_leaks(text, grade_class.hidden_lines(page.parent.name)), page
+    wrong = (course / "feedback" / "wrong" / "latency_budget" / "latency_budget.html").read_text()
+    assert "hidden test: wrong answer for an unsorted table" in wrong  # the generic message does show
+
+
+def test_export_lists_failed_submissions_with_zero_and_the_report_says_why(graded):
+    course, rows = graded
+    with (course / "grades.csv").open() as f:
+        exported = {(r["student_id"], r["assignment"]): float(r["score"]) for r in csv.DictReader(f)}
+    assert exported[("invalid_json", "quiz")] == 0.0 and rows[("invalid_json", "quiz")].status != "ok"
+    assert exported[("correct", "latency_budget")] == 12.0
+
+
+def test_regrading_is_idempotent_and_keeps_manual_grades(graded):
+    from nbgrader.api import Gradebook
+
+    course, rows = graded
+    api = grade_class.make_api(course, TIMEOUT_S)
+    with Gradebook(api.coursedir.db_url, api.coursedir.course_id) as gb:
+        grade = gb.find_grade("test_on_budget", "latency_budget", "latency_budget", "wrong")
+        assert grade.auto_score == 0
+        grade.manual_score = 1.0  # the instructor accepts "<" after reading the code
+        gb.db.commit()
+    first = grade_class.grade_one(api, course, "latency_budget", "wrong", force=True)
+    second = grade_class.grade_one(api, course, "latency_budget", "wrong", force=True)
+    assert (first.score, second.score, second.status) == (8.0, 8.0, "ok")
+    with Gradebook(api.coursedir.db_url, api.coursedir.course_id) as gb:
+        grade = gb.find_grade("test_on_budget", "latency_budget", "latency_budget", "wrong")
+        assert grade.manual_score == 1.0

@@ -59,7 +59,8 @@ def _section_effects(doc, ctx):
 
 
 def _section_notebooks(doc, ctx):
-    doc["course_cost"]["notebooks"], notes = course.measure_notebooks(quick=ctx["quick"])
+    with quiet_stderr(ctx["build"] / "notebooks.log"):  # the kernels' own start-up chatter
+        doc["course_cost"]["notebooks"], notes = course.measure_notebooks(quick=ctx["quick"])
     doc["course_cost"]["notes"] += notes
 
 

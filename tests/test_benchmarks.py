@@ -240,6 +240,30 @@ def test_cache_sizes_sum_private_caches_over_the_cpus(tmp_path, monkeypatch):
 # ---------------------------------------------------------------- the C kernels
 
 
+def test_without_a_compiler_the_report_says_so_instead_of_failing(monkeypatch, tmp_path):
+    import numpy as np
+
+    from hwopt import probe
+
+    def no_compiler(cc=None):
+        raise native.NativeUnavailable("no C compiler found ('gcc' is not on PATH): C references skipped")
+
+    monkeypatch.setattr(native, "find_compiler", no_compiler)
+    monkeypatch.setattr(probe, "memory_bandwidth_gbs", lambda **kw: 20.0)
+    monkeypatch.setattr(probe, "matmul_flops", lambda *a, **kw: 1e11)
+    import torch
+
+    tiny = np.ones((8, 8), dtype=np.float32)
+    monkeypatch.setattr(fidelity, "_gemm_inputs", lambda n: (tiny, tiny, torch.ones(8, 8), torch.ones(8, 8)))
+    monkeypatch.setattr(fidelity.bench, "compare", lambda fns, **kw: {k: m(k, [0.1, 0.2]) for k in fns})
+    section, stats = fidelity.measure(tmp_path, quick=True, threads=1)
+    row = section["rows"][0]
+    assert row["verdict"] == report.UNAVAILABLE and "no C compiler" in row["note"]
+    assert not any("FMA" in r["name"] for r in section["rows"])
+    assert fidelity.bandwidth_sweep(tmp_path, quick=True, threads=1)[1][0].startswith("C STREAM curve not")
+
+
+
 def test_compile_kernel_rejects_unknown_kernels_and_missing_compilers(tmp_path):
     with pytest.raises(ValueError, match="name"):
         native.compile_kernel("dgemm", tmp_path)

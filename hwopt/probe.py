@@ -32,7 +32,7 @@ DEFAULT_DTYPES = {
 }
 MATMUL_BUDGET_S = {True: 3.0, False: 15.0}  # seconds per dtype for the size sweep: quick, full
 REPEATS = {True: 5, False: 7}  # timed repeats per size: quick, full
-KEEP_LIBRARY = 0.8  # a library slower than this fraction of the best is dropped from larger sizes
+KEEP_LIBRARY = 0.8  # from n=512 on, a library slower than this fraction of the best is not tried larger
 MATMUL_MIN_N = 128  # first size of the sweep
 WARMUP = 2  # warm-up calls per library and size; the fastest also sets the calls per repeat
 MATMUL_MAX_N = {
@@ -203,7 +203,9 @@ def matmul_flops(
         best = max(best, *rates.values())
         if size * 2 > n_max or clock() - start + 2.0 * (2 * size) ** 3 / best > budget_s:
             return best  # even one call of the next size at the best rate so far would overrun
-        keep = {lib for lib, rate in rates.items() if rate >= KEEP_LIBRARY * max(rates.values())}
+        keep = {
+            lib for lib, rate in rates.items() if rate >= KEEP_LIBRARY * max(rates.values()) or size < 512
+        }
         fns = {lib: fn for lib, fn in _matmul_fns(dtype, device, 2 * size).items() if lib in keep}
         trial_s = sum(bench._run(fn, 1, device, clock) for fn in fns.values())  # also the first warm-up
         if clock() - start + trial_s * (repeats + WARMUP - 1) > budget_s:

@@ -150,7 +150,7 @@ def test_matmul_sweep_drops_a_much_slower_library(monkeypatch):
 
     monkeypatch.setattr(probe, "_matmul_fns", fns)
     assert probe.matmul_flops("float32", clock=clock) == pytest.approx(1e12)
-    assert {n for lib, n in calls if lib == "slow"} == {probe.MATMUL_MIN_N}
+    assert {n for lib, n in calls if lib == "slow"} == {128, 256, 512}  # small sizes are too noisy to judge
     assert max(n for lib, n in calls if lib == "fast") == 2048
 
 

@@ -383,18 +383,23 @@ INT8_DOT_FEATURES = ("AVX-512 VNNI", "AVX-VNNI", "AMX-INT8", "NEON DOTPROD", "I8
 
 
 def int8_verdict(result: DecodeResult, bandwidth_gbs: float, simd=()) -> str:
-    """Plain-language verdict on the int8 path from its measurement: memory-bound, or limited by compute."""
+    """Plain-language verdict on the int8 path from its measurement: memory-bound, or limited by compute.
+
+    Memory-bound if it streams its weights at >= half the measured bandwidth, or at >= 80% of the rate the
+    best fp32 path streams (what a GEMV on this machine gets from memory in the same run).
+    """
     label = result.best("int8")
     gbs = result.achieved_gbs(label)
+    fp32_gbs = result.achieved_gbs(result.best_fp32)
     dot = [f for f in simd if f in INT8_DOT_FEATURES]
-    if memory_or_compute(gbs, bandwidth_gbs) == "memory":
-        return (f"{label} reads its weights at {gbs:.1f} GB/s, {gbs / bandwidth_gbs:.0%} of the measured "
-                f"{bandwidth_gbs:.1f} GB/s: memory-bound, so fewer bytes per weight pay off directly.")
+    rates = (f"{label} streams its weights at {gbs:.1f} GB/s ({gbs / bandwidth_gbs:.0%} of the measured "
+             f"{bandwidth_gbs:.1f} GB/s; the best fp32 path streams {fp32_gbs:.1f} GB/s)")
+    if memory_or_compute(gbs, bandwidth_gbs) == "memory" or gbs >= 0.8 * fp32_gbs:
+        return f"{rates}: memory-bound, so fewer bytes per weight pay off directly."
     why = (f"this CPU has {', '.join(dot)}, so look for overheads instead" if dot else
            "this CPU has no int8 dot-product instructions (VNNI or similar), so each int8 multiply-add "
            "takes several instructions")
-    return (f"{label} reads its weights at only {gbs:.1f} GB/s, {gbs / bandwidth_gbs:.0%} of the measured "
-            f"{bandwidth_gbs:.1f} GB/s: it is limited by compute, not memory; {why}.")
+    return f"{rates}: it is limited by compute, not memory; {why}."
 
 
 def memory_or_compute(achieved_gbs: float, bandwidth_gbs: float, threshold: float = 0.5) -> str:

@@ -173,6 +173,10 @@ def test_prediction_table_and_int8_verdicts():
     assert "pred/meas" in text and "80%" in text.splitlines()[1]
     assert "memory-bound" in decode.int8_verdict(fast, 25.0)
     slow = fake_result({"fp32": 0.2, "int8": 0.5}, {"fp32": "fp32", "int8": "int8"})
+    assert "limited by compute" in decode.int8_verdict(slow, 25.0)
+    # everything slow (a busy machine): int8 streams as fast as fp32 does -> memory-bound after all
+    busy = fake_result({"fp32": 1.0, "int8": 0.25}, {"fp32": "fp32", "int8": "int8"})
+    assert "memory-bound" in decode.int8_verdict(busy, 25.0)
     assert "no int8 dot-product" in decode.int8_verdict(slow, 25.0, ["AVX2", "FMA"])
     assert "AVX-512 VNNI" in decode.int8_verdict(slow, 25.0, ["AVX-512 VNNI"])
     with pytest.raises(ValueError, match="bandwidth_gbs"):

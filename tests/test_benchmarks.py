@@ -304,3 +304,15 @@ def test_the_machine_card_shows_the_probe_medians_of_section_one():
         "FLOP/s probe / best sgemm", rate("p", (90.0, 100.0), "GFLOP/s"), rate("b", (110.0,), "GFLOP/s"))]}})
     assert probe.bandwidth_gbs == 10.0 and probe.flops_by_dtype == {"float32": 95.0e9}
     assert measured_probe({"fidelity": {"rows": []}}) is None
+
+
+REFERENCE = ROOT / "benchmarks" / "reference"
+
+
+@pytest.mark.skipif(not (REFERENCE / "report.json").exists(), reason="no committed reference report yet")
+def test_the_committed_reference_is_generated_not_hand_edited():
+    doc = report.validate(json.loads((REFERENCE / "report.json").read_text()))
+    assert doc["mode"] == "full"
+    assert (REFERENCE / "report.md").read_text() == report.render_markdown(doc), \
+        "report.md is not what report.json renders to: regenerate it, `make bench OUT=benchmarks/reference`"
+    assert all((REFERENCE / name).is_file() for name in doc["plots"].values())

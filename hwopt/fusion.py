@@ -162,3 +162,54 @@ def fusion_explorer(bandwidth_gbs: float):
         size_mb=widgets.log_slider("tensor size", 0.1, 1000.0, 16.0, unit="MB"),
         n_ops=widgets.int_slider("elementwise ops in the chain", 1, 10, CHAIN_OPS),
     )
+
+
+def report_rows(
+    results: dict,
+    n_elements: int,
+    passes_by_label: dict[str, int],
+    bandwidth_gbs: float,
+    baseline: str | None = None,
+) -> list[dict]:
+    """Per variant: measured ms, full-tensor passes, achieved GB/s, predicted ms at the memory roof,
+    predicted/measured ratio and speedup over the baseline (the first variant unless named)."""
+    if not results:
+        raise ValueError("results must hold at least one Measurement")
+    baseline = baseline or next(iter(results))
+    if baseline not in results:
+        raise ValueError(f"baseline must be one of {list(results)}, got {baseline!r}")
+    missing = set(results) - set(passes_by_label)
+    if missing:
+        raise ValueError(f"passes_by_label must give the memory passes of {sorted(missing)}")
+    rows = []
+    for label, m in results.items():
+        moved = passes_by_label[label] * n_elements * 4.0
+        predicted_ms = predicted_time_ms(moved, bandwidth_gbs)
+        rows.append(
+            {
+                "variant": label,
+                "measured_ms": m.median_ms,
+                "iqr_ms": m.iqr_ms,
+                "passes": passes_by_label[label],
+                "achieved_gbs": moved / m.median_s / 1e9,
+                "predicted_ms": predicted_ms,
+                "predicted_over_measured": predicted_ms / m.median_ms,
+                "speedup": results[baseline].median_s / m.median_s,
+            }
+        )
+    return rows
+
+
+def format_report(rows: list[dict]) -> str:
+    """report_rows as an aligned text table."""
+    lines = [
+        f"{'variant':<16}{'passes':>7}{'ms':>9}{'IQR':>8}{'GB/s':>8}{'predicted ms':>14}"
+        f"{'pred/meas':>11}{'speedup':>9}"
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['variant']:<16}{r['passes']:>7}{r['measured_ms']:>9.2f}{r['iqr_ms']:>8.2f}"
+            f"{r['achieved_gbs']:>8.1f}{r['predicted_ms']:>14.2f}{r['predicted_over_measured']:>11.2f}"
+            f"{r['speedup']:>8.2f}x"
+        )
+    return "\n".join(lines)

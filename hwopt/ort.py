@@ -126,9 +126,17 @@ def file_size_bytes(path: str | Path) -> int:
 
 
 def session_options(
-    *, threads: int | None = None, opt_level: str = "all", optimized_model_path: str | Path | None = None
+    *,
+    threads: int | None = None,
+    opt_level: str = "all",
+    optimized_model_path: str | Path | None = None,
+    allow_spinning: bool = False,
 ):
-    """ort.SessionOptions with intra-op threads (None = ORT's default), an optimization level, quiet logs."""
+    """ort.SessionOptions: intra-op threads (None = ORT's default), optimization level, quiet logs.
+
+    allow_spinning=False: idle ORT threads sleep instead of spinning, so they do not slow torch code that runs
+    in between (interleaved comparisons); True shaves latency off back-to-back ORT calls.
+    """
     import onnxruntime as ort
 
     if opt_level not in OPT_LEVELS:
@@ -147,6 +155,7 @@ def session_options(
     if threads is not None:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if allow_spinning else "0")
     if optimized_model_path is not None:
         options.optimized_model_filepath = str(optimized_model_path)
     return options
@@ -181,6 +190,16 @@ def make_session(
         raise ValueError(f"model_path must be an existing .onnx file, got {str(model_path)!r}")
     options = session_options(threads=threads, opt_level=opt_level)
     return ort.InferenceSession(str(model_path), options, providers=list(providers or providers_for(device)))
+
+
+def run(session, *inputs) -> np.ndarray:
+    """First output of session for positional inputs (torch or numpy, float32), as numpy."""
+    names = [i.name for i in session.get_inputs()]
+    if len(inputs) != len(names):
+        raise ValueError(f"inputs must match the model's {len(names)} inputs {names}, got {len(inputs)}")
+    arrays = [x.detach().cpu().numpy() if hasattr(x, "detach") else x for x in inputs]
+    feed = {n: np.ascontiguousarray(a, dtype=np.float32) for n, a in zip(names, arrays, strict=True)}
+    return session.run(None, feed)[0]
 
 
 class Predictor:
@@ -415,3 +434,19 @@ def tensorrt_fp16_session(
         "CPUExecutionProvider",
     ]
     return ort.InferenceSession(str(model_path), session_options(), providers=providers)
+
+
+def tensorrt_fp16_check(
+    model_path: str | Path, x, reference, *, tolerance: float = 1e-2, available: Sequence[str] | None = None
+) -> dict:
+    """Run model_path with TensorRT FP16 on x and compare with reference outputs (eager FP32, the oracle).
+
+    Returns {'session', 'relative_error' (max |out - ref| / max |ref|), 'ok' (error <= tolerance)}.
+    """
+    if not tolerance > 0:
+        raise ValueError(f"tolerance must be positive, got {tolerance!r}")
+    session = tensorrt_fp16_session(model_path, available=available)
+    out = run(session, x)
+    ref = reference.detach().cpu().numpy() if hasattr(reference, "detach") else np.asarray(reference)
+    error = float(np.abs(out - ref).max() / max(float(np.abs(ref).max()), 1e-12))
+    return {"session": session, "relative_error": error, "ok": error <= tolerance}

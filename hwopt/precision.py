@@ -130,16 +130,20 @@ def quantize_model_weights(
     per_channel: bool = False,
     symmetric: bool = True,
     keep: Iterable[str] = (),
+    keep_bits: int | None = None,
 ) -> nn.Module:
-    """A copy of model whose Linear weights are fake-quantized to `bits` (layers named in keep stay FP32)."""
+    """A copy of model, Linear weights fake-quantized to `bits`; layers in keep at keep_bits (None: FP32)."""
     _check_bits(bits)
+    if keep_bits is not None:
+        _check_bits(keep_bits)
     keep = _check_keep(model, keep)
     quantized = copy.deepcopy(model).eval()
     with torch.no_grad():
         for name, layer in linear_layers(quantized).items():
-            if name not in keep:
+            layer_bits = keep_bits if name in keep else bits
+            if layer_bits is not None:
                 layer.weight.copy_(
-                    fake_quantize(layer.weight, bits, per_channel=per_channel, symmetric=symmetric)
+                    fake_quantize(layer.weight, layer_bits, per_channel=per_channel, symmetric=symmetric)
                 )
     return quantized
 
@@ -208,18 +212,87 @@ def layer_sensitivity(
     }
 
 
-def in_dtype(model: nn.Module, precision: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    """A predictor running a copy of model in 'fp32', 'fp16' or 'bf16' (input cast to match)."""
+def in_dtype(model: nn.Module, precision: str, device: str = "cpu") -> Callable[[torch.Tensor], torch.Tensor]:
+    """A predictor running a copy of model in 'fp32', 'fp16' or 'bf16' on device (input moved and cast)."""
     if precision not in TORCH_DTYPES:
         raise ValueError(f"precision must be one of {sorted(TORCH_DTYPES)}, got {precision!r}")
     dtype = TORCH_DTYPES[precision]
-    cast = copy.deepcopy(model).to(dtype).eval()
+    cast = copy.deepcopy(model).to(device=device, dtype=dtype).eval()
 
     def predict(x: torch.Tensor) -> torch.Tensor:
         with torch.inference_mode():
-            return cast(x.to(dtype))
+            return cast(x.to(device=device, dtype=dtype))
 
     return predict
+
+
+def torch_dynamic_int8(model: nn.Module) -> nn.Module:
+    """PyTorch dynamic int8 quantization of the Linear layers (CPU only; deprecation notice silenced)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from torch.ao.quantization import quantize_dynamic
+
+        return quantize_dynamic(copy.deepcopy(model).cpu().eval(), {nn.Linear}, dtype=torch.qint8)
+
+
+def compare_variants(
+    predictors: Mapping[str, Callable[[torch.Tensor], object]],
+    data: Digits,
+    *,
+    sizes_bytes: Mapping[str, float] | None = None,
+    timed: Iterable[str] | None = None,
+    batch_size: int = 128,
+    reference: str | None = None,
+    device: str = "cpu",
+    repeats: int = 5,
+) -> list[dict]:
+    """One row per variant: size (bytes), latency of one batch (Measurement, interleaved), accuracy (0..1) and
+    agreement (0..1) with the reference variant (the first one unless named: eager FP32 is the oracle)."""
+    import warnings
+
+    from hwopt import bench
+    from hwopt.classifier import agreement
+
+    if not predictors:
+        raise ValueError("predictors must name at least one variant")
+    reference = reference or next(iter(predictors))
+    if reference not in predictors:
+        raise ValueError(f"reference must be one of {list(predictors)}, got {reference!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    timed = list(predictors if timed is None else timed)
+    x = data.x_test[:batch_size]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a noisy machine: the table shows the IQR itself
+        measured = bench.compare(
+            {n: (lambda f=predictors[n]: f(x)) for n in timed}, device=device, warmup=1, repeats=repeats
+        )
+    sizes_bytes = sizes_bytes or {}
+    return [
+        {
+            "variant": name,
+            "size_bytes": sizes_bytes.get(name),
+            "latency": measured.get(name),
+            "accuracy": accuracy(fn, data.x_test, data.y_test),
+            "agreement": agreement(fn, predictors[reference], data.x_test),
+        }
+        for name, fn in predictors.items()
+    ]
+
+
+def format_variants(rows: list[dict]) -> str:
+    """The compare_variants rows as an aligned text table (kB, ms per batch with IQR, %)."""
+    lines = [f"{'variant':<28}{'size (kB)':>10}{'ms/batch':>10}{'IQR':>8}{'accuracy':>10}{'agrees':>8}"]
+    for r in rows:
+        size = f"{r['size_bytes'] / 1e3:.1f}" if r["size_bytes"] else "-"
+        m = r["latency"]
+        ms, iqr = (f"{m.median_ms:.2f}", f"{m.iqr_ms:.2f}") if m else ("-", "-")
+        lines.append(
+            f"{r['variant']:<28}{size:>10}{ms:>10}{iqr:>8}{r['accuracy']:>10.1%}{r['agreement']:>8.1%}"
+        )
+    return "\n".join(lines)
 
 
 def half_precision_verdict(fp32_flops: float, half_flops: float, precision: str = "fp16") -> str:

@@ -214,6 +214,43 @@ def plot_time_by_category(by_pipeline: dict[str, dict[str, float]], ax=None):
     return plots.finish(ax)
 
 
+def amdahl(times_ms: dict[str, float], category: str, factor: float) -> dict[str, float]:
+    """The times after making one category `factor` times faster (the others unchanged), ms."""
+    if category not in times_ms:
+        raise ValueError(f"category must be one of {list(times_ms)}, got {category!r}")
+    if not factor > 0:
+        raise ValueError(f"factor must be positive, got {factor!r}")
+    return {k: v / factor if k == category else v for k, v in times_ms.items()}
+
+
+def overall_speedup(times_ms: dict[str, float], category: str, factor: float) -> float:
+    """Amdahl's law: total before / total after speeding one category up by factor."""
+    after = sum(amdahl(times_ms, category, factor).values())
+    return sum(times_ms.values()) / after if after > 0 else float("inf")
+
+
+def plot_amdahl(times_ms: dict[str, float], category: str, factor: float, ax=None):
+    """Before/after stacked bars for the slider: what speeding one category up buys overall."""
+    after = amdahl(times_ms, category, factor)
+    fig = plot_time_by_category({"as profiled": times_ms, f"{category} {factor:g}x faster": after}, ax=ax)
+    fig.axes[0].set_title(f"overall {overall_speedup(times_ms, category, factor):.2f}x faster")
+    return fig
+
+
+def amdahl_explorer(times_ms: dict[str, float]):
+    """Sliders (which category, how much faster) over plot_amdahl: optimize what the profile says."""
+    from hwopt import widgets
+
+    if not times_ms:
+        raise ValueError("times_ms must name at least one category")
+    return widgets.explore(
+        plot_amdahl,
+        times_ms=times_ms,
+        category=widgets.dropdown("speed up", list(times_ms)),
+        factor=widgets.log_slider("by a factor", 1.0, 100.0, 10.0, unit="x"),
+    )
+
+
 def nsys_available() -> bool:
     """True when NVIDIA Nsight Systems' `nsys` is on PATH."""
     return shutil.which("nsys") is not None
@@ -234,6 +271,19 @@ def nsys_command(script: str = "train.py", output: str = "pipeline_report") -> l
         "python",
         script,
     ]
+
+
+def run_nsys(script: str | Path, output: str | Path, timeout_s: float = 300) -> str:
+    """Profile `python script` with Nsight Systems, then return `nsys stats` text (needs nsys on PATH)."""
+    import subprocess
+
+    if not nsys_available():
+        raise ValueError("nsys is not on PATH: install NVIDIA Nsight Systems (CUDA toolkit) to run it live")
+    subprocess.run(nsys_command(str(script), str(output)), check=True, capture_output=True, timeout=timeout_s)
+    stats = subprocess.run(
+        nsys_stats_command(str(output)), check=True, capture_output=True, text=True, timeout=timeout_s
+    )
+    return stats.stdout
 
 
 def nsys_stats_command(output: str = "pipeline_report") -> list[str]:

@@ -65,3 +65,24 @@ def test_fusion_explorer_redraws(monkeypatch):
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_report_rows_and_table():
+    from hwopt.bench import Measurement
+
+    results = {
+        "eager": Measurement("eager", (0.009, 0.009, 0.009)),
+        "fused": Measurement("fused", (0.003,) * 3),
+    }
+    rows = fusion.report_rows(results, 1_000_000, {"eager": 9, "fused": 3}, bandwidth_gbs=4.0)
+    assert rows[0]["predicted_ms"] == pytest.approx(9.0) and rows[0]["achieved_gbs"] == pytest.approx(4.0)
+    assert rows[1]["speedup"] == pytest.approx(3.0) and rows[1]["predicted_over_measured"] == pytest.approx(
+        1.0
+    )
+    assert "3.00x" in fusion.format_report(rows)
+    with pytest.raises(ValueError, match="passes_by_label"):
+        fusion.report_rows(results, 10, {"eager": 9}, 4.0)
+    with pytest.raises(ValueError, match="baseline"):
+        fusion.report_rows(results, 10, {"eager": 9, "fused": 3}, 4.0, baseline="x")
+    with pytest.raises(ValueError, match="results"):
+        fusion.report_rows({}, 10, {}, 4.0)

@@ -47,6 +47,7 @@ def test_session_options_threads_and_levels():
 
     options = hort.session_options(threads=2, opt_level="basic")
     assert options.intra_op_num_threads == 2
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
 
 
@@ -154,3 +155,42 @@ def test_bad_input(call, match):
 
 def test_onnx_files_are_valid(exported):
     onnx.checker.check_model(onnx.load(str(exported[1])))
+
+
+def test_run_feeds_several_inputs(tmp_path):
+    class Add(torch.nn.Module):
+        def forward(self, a, b):
+            return a + b
+
+    path = hort.export_onnx(Add(), (torch.ones(2, 3), torch.ones(2, 3)), tmp_path / "add.onnx")
+    session = hort.make_session(path)
+    np.testing.assert_allclose(
+        hort.run(session, torch.ones(4, 3), np.full((4, 3), 2.0)), np.full((4, 3), 3.0)
+    )
+    with pytest.raises(ValueError, match="inputs"):
+        hort.run(session, np.ones((1, 3)))
+
+
+class _FakeSession:
+    def __init__(self, out):
+        self.out = out
+
+    def get_inputs(self):
+        return [type("I", (), {"name": "x"})()]
+
+    def run(self, names, feed):
+        return [self.out]
+
+
+def test_tensorrt_fp16_check_compares_with_the_oracle(monkeypatch, exported):
+    monkeypatch.setattr(
+        hort,
+        "tensorrt_fp16_session",
+        lambda path, available=None: _FakeSession(np.array([[1.0, 2.005]], dtype=np.float32)),
+    )
+    good = hort.tensorrt_fp16_check(exported[1], np.zeros((1, 64)), np.array([[1.0, 2.0]]))
+    assert good["ok"] and good["relative_error"] == pytest.approx(0.0025, rel=1e-3)
+    bad = hort.tensorrt_fp16_check(exported[1], np.zeros((1, 64)), torch.tensor([[1.0, 1.0]]), tolerance=0.1)
+    assert not bad["ok"]
+    with pytest.raises(ValueError, match="tolerance"):
+        hort.tensorrt_fp16_check(exported[1], np.zeros((1, 64)), np.zeros((1, 2)), tolerance=0)

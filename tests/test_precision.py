@@ -142,3 +142,47 @@ def test_precision_explorer_redraws_on_change(trained, monkeypatch):
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_keep_bits_quantizes_kept_layers_more_gently(trained):
+    model, _ = trained
+    q = precision.quantize_model_weights(model, 2, keep=["0"], keep_bits=8)
+    assert len(torch.unique(q[0].weight)) > 3 and len(torch.unique(q[2].weight)) <= 3
+
+
+def test_torch_dynamic_int8_agrees_with_fp32(trained):
+    model, data = trained
+    q = precision.torch_dynamic_int8(model)
+    assert classifier.agreement(q, model, data.x_test) > 0.95
+    assert "quantized" in type(q[0]).__module__
+
+
+def test_compare_variants_and_table(trained):
+    model, data = trained
+    rows = precision.compare_variants(
+        {"fp32": model, "int2": precision.quantize_model_weights(model, 2)},
+        data,
+        sizes_bytes={"fp32": 4000},
+        timed=["fp32"],
+        batch_size=8,
+        repeats=2,
+    )
+    assert [r["variant"] for r in rows] == ["fp32", "int2"]
+    assert rows[0]["agreement"] == 1.0 and rows[0]["latency"].median_s > 0 and rows[1]["latency"] is None
+    table = precision.format_variants(rows)
+    assert "fp32" in table and "4.0" in table and table.count("\n") == 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"predictors": {}}, "predictors"),
+        ({"reference": "nope"}, "reference"),
+        ({"batch_size": 0}, "batch_size"),
+    ],
+)
+def test_compare_variants_bad_input(trained, kwargs, match):
+    model, data = trained
+    args = {"predictors": {"fp32": model}, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        precision.compare_variants(args.pop("predictors"), data, **args)

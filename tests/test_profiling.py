@@ -101,3 +101,42 @@ def test_nsys_commands(monkeypatch):
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_amdahl_overall_speedup_and_explorer(monkeypatch):
+    from hwopt import widgets
+
+    times = {"data": 80.0, "compute": 20.0}
+    assert profiling.amdahl(times, "compute", 10) == {"data": 80.0, "compute": 2.0}
+    assert profiling.overall_speedup(times, "compute", 10) == pytest.approx(100 / 82)
+    assert profiling.overall_speedup(times, "data", 1e9) == pytest.approx(5.0, rel=1e-3)
+    shown = []
+    monkeypatch.setattr(widgets, "display", shown.append)
+    box = profiling.amdahl_explorer(times)
+    box.controls["category"].value = "compute"
+    assert len(shown) == 2 and "overall" in shown[-1].axes[0].get_title()
+    for call, match in (
+        (lambda: profiling.amdahl(times, "disk", 2), "category"),
+        (lambda: profiling.amdahl(times, "data", 0), "factor"),
+        (lambda: profiling.amdahl_explorer({}), "times_ms"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            call()
+
+
+def test_run_nsys_runs_profile_then_stats(monkeypatch, tmp_path):
+    import subprocess
+
+    calls = []
+
+    def fake_run(cmd, **kwargs):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout="kernel table")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(profiling.shutil, "which", lambda name: "/usr/bin/nsys")
+    assert profiling.run_nsys(tmp_path / "s.py", tmp_path / "out") == "kernel table"
+    assert calls[0][:2] == ["nsys", "profile"] and calls[1][:2] == ["nsys", "stats"]
+    monkeypatch.setattr(profiling.shutil, "which", lambda name: None)
+    with pytest.raises(ValueError, match="nsys"):
+        profiling.run_nsys("s.py", "out")

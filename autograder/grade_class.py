@@ -222,9 +222,16 @@ def max_score(api, assignment: str) -> float:
 
 
 def release(api, course: Path, assignments) -> None:
-    """generate_assignment for each assignment not yet in the course's release/ (fills the gradebook)."""
+    """generate_assignment for each assignment the gradebook or release/ lacks (autograde needs both)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
     for assignment in assignments:
-        if not (course / "release" / assignment).exists():
+        with Gradebook(api.coursedir.db_url, api.coursedir.course_id) as gb:
+            try:
+                known = bool(gb.find_assignment(assignment).notebooks)
+            except MissingEntry:
+                known = False
+        if not known or not (course / "release" / assignment).exists():
             result = api.generate_assignment(assignment, force=True, create=True)
             if not result["success"]:
                 raise RuntimeError(f"generate_assignment {assignment} failed:\n{result.get('error')}")
@@ -256,7 +263,10 @@ def grade_class(course: Path, assignments=samples.ASSIGNMENTS, timeout_s: int | 
     """Grade every student folder in course/submitted for each assignment; write the report and grades.csv."""
     api = make_api(course, timeout_s)
     release(api, course, assignments)
-    students = sorted(p.name for p in (course / "submitted").iterdir() if p.is_dir())
+    submitted = course / "submitted"
+    students = sorted(p.name for p in submitted.iterdir() if p.is_dir()) if submitted.is_dir() else []
+    if not students:
+        log(f"no submissions in {submitted} (run nbgrader zip_collect or collect first)")
     rows = []
     for student in students:
         for assignment in assignments:

@@ -17,6 +17,7 @@ def test_set_memory_limit_rejects_bad_input():
             grading.set_memory_limit(bad)
 
 
+@pytest.mark.slow
 def test_grading_kernel_is_memory_limited():
     """The kernelspec nbgrader_config.py selects starts a kernel whose allocations fail past the limit."""
     from jupyter_client.kernelspec import KernelSpecManager

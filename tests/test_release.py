@@ -26,6 +26,7 @@ def normalised(path: Path) -> dict:
     return nb
 
 
+@pytest.mark.slow
 def test_committed_release_is_what_generate_assignment_makes(tmp_path):
     course = grade_class.prepare_course(tmp_path / "course")
     api = grade_class.make_api(course)

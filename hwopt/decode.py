@@ -301,7 +301,7 @@ def decode_paths(stack: DecodeStack, device="cpu", threads: int | None = None) -
         DecodePath("fp32 numpy", "fp32", numpy_step(stack), stack.weight_bytes(4)),
         DecodePath("fp32 torch", "fp32", torch_step(stack, "cpu"), stack.weight_bytes(4)),
     ]
-    if device != "cpu":
+    if device != "cpu":  # labels name the device (GPU_MARKERS)
         paths += [
             DecodePath(f"fp32 torch {device}", "fp32", torch_step(stack, device), stack.weight_bytes(4)),
             DecodePath(f"fp16 torch {device}", "fp16", torch_step(stack, device, "float16"),
@@ -327,6 +327,9 @@ def check_paths(paths: dict[str, DecodePath], stack: DecodeStack) -> dict[str, f
     return errors
 
 
+GPU_MARKERS = ("cuda", "mps")  # labels of paths that run on a GPU name their device
+
+
 @dataclass(frozen=True)
 class DecodeResult:
     """Timed decode paths: Measurement per label, with achieved GB/s and speedups over the best fp32 path."""
@@ -344,9 +347,16 @@ class DecodeResult:
         fp32 = [k for k, p in self.paths.items() if p.precision == "fp32"]
         return min(fp32, key=lambda k: self.measurements[k].median_s)
 
-    def speedup(self, label: str) -> float:
-        """How many times faster `label` is than the best fp32 path (same interleaved run)."""
-        return bench.speedup(self.measurements[self.best_fp32], self.measurements[label])
+    @property
+    def best_fp32_cpu(self) -> str:
+        """Label of the fastest fp32 path on the CPU (the baseline for the CPU-only ONNX Runtime paths)."""
+        fp32 = [k for k, p in self.paths.items()
+                if p.precision == "fp32" and not any(g in k for g in GPU_MARKERS)]
+        return min(fp32, key=lambda k: self.measurements[k].median_s)
+
+    def speedup(self, label: str, baseline: str | None = None) -> float:
+        """How many times faster `label` is than `baseline` (default: the best fp32 path), same run."""
+        return bench.speedup(self.measurements[baseline or self.best_fp32], self.measurements[label])
 
     def best(self, precision: str) -> str:
         """Label of the fastest path at precision."""
@@ -390,7 +400,7 @@ def int8_verdict(result: DecodeResult, bandwidth_gbs: float, simd=()) -> str:
     """
     label = result.best("int8")
     gbs = result.achieved_gbs(label)
-    fp32_gbs = result.achieved_gbs(result.best_fp32)
+    fp32_gbs = result.achieved_gbs(result.best_fp32_cpu)
     dot = [f for f in simd if f in INT8_DOT_FEATURES]
     rates = (f"{label} streams its weights at {gbs:.1f} GB/s ({gbs / bandwidth_gbs:.0%} of the measured "
              f"{bandwidth_gbs:.1f} GB/s; the best fp32 path streams {fp32_gbs:.1f} GB/s)")

@@ -66,3 +66,16 @@ def test_bad_input(model):
     _, caches = model(torch.zeros(1, 2, dtype=torch.long))
     with pytest.raises(ValueError, match="one token"):
         model(torch.zeros(1, 2, dtype=torch.long), caches, start=2)
+
+
+def test_tokens_per_s_cuda_path_synchronises_on_cpu(model, monkeypatch):
+    """The GPU branch (device placement, synchronised timing) runs with a fake 'cuda' mapped to the CPU."""
+    from hwopt import bench
+
+    syncs = []
+    monkeypatch.setattr(bench, "resolve_device", lambda device="auto": "cuda")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: syncs.append(1))
+    real_randint = torch.randint
+    monkeypatch.setattr(torch, "randint", lambda *a, device=None, **k: real_randint(*a, **k))
+    rate, m = td.decode_tokens_per_s(model, prompt_len=3, new_tokens=3, device="cuda", repeats=1)
+    assert rate > 0 and m.device == "cuda" and syncs

@@ -123,7 +123,7 @@ def serving_report(arrival_rate_per_s: float, max_batch_size: int, max_wait_ms: 
     batched = simulate_dynamic_batching(arrival_rate_per_s, max_batch_size, max_wait_ms, overhead_ms,
                                         per_item_ms, seed=seed)
     single = simulate_dynamic_batching(arrival_rate_per_s, 1, 0.0, overhead_ms, per_item_ms, seed=seed)
-    return (f"dynamic batching (max {max_batch_size}, wait {max_wait_ms:g} ms): {batched}\n"
+    return (f"dynamic batching (max {max_batch_size}, wait {max_wait_ms:.3g} ms): {batched}\n"
             f"one request at a time:                {single}")
 
 

@@ -8,6 +8,7 @@ model on whole batches. Regions are labelled with torch.profiler.record_function
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from collections.abc import Callable
@@ -34,6 +35,7 @@ class Pipeline:
     batch_size: int = 32
     io_ms: float = 1.0  # simulated storage latency per item read
     device: str = "cpu"
+    threads: int | None = 1  # torch threads for the model: a tiny model gains nothing from more
 
     def __post_init__(self):
         if self.raw.ndim != 2 or len(self.raw) == 0:
@@ -42,6 +44,12 @@ class Pipeline:
             raise ValueError(f"batch_size must be a positive int, got {self.batch_size!r}")
         if not self.io_ms >= 0:
             raise ValueError(f"io_ms must be >= 0 milliseconds, got {self.io_ms!r}")
+        if self.threads is not None and (
+            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
+        ):
+            raise ValueError(
+                f"threads must be None (torch's setting) or a positive int, got {self.threads!r}"
+            )
 
 
 def make_pipeline(
@@ -52,6 +60,7 @@ def make_pipeline(
     io_ms: float = 1.0,
     device: str = "cpu",
     seed: int = 0,
+    threads: int | None = 1,
 ) -> Pipeline:
     """A pipeline over random 8-bit 'images' (n_items, n_features) and an MLP n_features -> hidden -> 10."""
     if isinstance(n_items, bool) or not isinstance(n_items, int) or n_items < 1:
@@ -70,7 +79,7 @@ def make_pipeline(
         .eval()
         .to(device)
     )
-    return Pipeline(model, raw, batch_size, io_ms, device)
+    return Pipeline(model, raw, batch_size, io_ms, device, threads)
 
 
 def read_item(p: Pipeline, i: int) -> np.ndarray:
@@ -105,7 +114,8 @@ def run_pipeline(
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
     outputs = []
-    with ThreadPoolExecutor(max_workers=workers) as pool, torch.inference_mode():
+    model_threads = bench.threads(p.threads) if p.threads else contextlib.nullcontext()
+    with ThreadPoolExecutor(max_workers=workers) as pool, torch.inference_mode(), model_threads:
         if prefetch:  # all reads queued now; each batch waits only for reads not finished yet
             reads = [pool.map(lambda i: read_item(p, i), batch) for batch in _batches(p)]
         else:
@@ -291,3 +301,27 @@ def nsys_stats_command(output: str = "pipeline_report") -> list[str]:
     if not output:
         raise ValueError("output must be non-empty")
     return ["nsys", "stats", "--report", "cuda_gpu_kern_sum,nvtx_sum", f"{output}.nsys-rep"]
+
+
+PIPELINE_SCRIPT = '''"""Lesson 6's pipeline on a GPU for Nsight Systems: nsys profile ... pipeline.py"""
+import torch
+
+from hwopt import profiling
+
+pipeline = profiling.make_pipeline(device="cuda")
+for _ in range(3):
+    with torch.cuda.nvtx.range("slow pipeline"):
+        profiling.slow_pipeline(pipeline)
+    with torch.cuda.nvtx.range("fixed pipeline"):
+        profiling.fixed_pipeline(pipeline)
+'''
+
+
+def write_pipeline_script(path: str | Path) -> Path:
+    """Write the GPU pipeline script (NVTX-labelled slow and fixed runs) for nsys; returns its path."""
+    path = Path(path)
+    if path.suffix != ".py":
+        raise ValueError(f"path must end in .py, got {str(path)!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(PIPELINE_SCRIPT)
+    return path

@@ -84,6 +84,7 @@ def test_nsys_commands(monkeypatch):
         (lambda: profiling.Pipeline(torch.nn.Identity(), torch.zeros(3).numpy()), "raw"),
         (lambda: profiling.make_pipeline(batch_size=0), "batch_size"),
         (lambda: profiling.make_pipeline(io_ms=-1), "io_ms"),
+    (lambda: profiling.make_pipeline(threads=0), "threads"),
         (lambda: profiling.run_pipeline(profiling.make_pipeline(n_items=2), workers=0), "workers"),
         (lambda: profiling.profiler_activities("tpu"), "device"),
         (lambda: profiling.run_profiled(3), "fn"),
@@ -140,3 +141,11 @@ def test_run_nsys_runs_profile_then_stats(monkeypatch, tmp_path):
     monkeypatch.setattr(profiling.shutil, "which", lambda name: None)
     with pytest.raises(ValueError, match="nsys"):
         profiling.run_nsys("s.py", "out")
+
+
+def test_pipeline_script_is_valid_python(tmp_path):
+    path = profiling.write_pipeline_script(tmp_path / "nsys" / "pipeline.py")
+    compile(path.read_text(), str(path), "exec")
+    assert "nvtx" in path.read_text()
+    with pytest.raises(ValueError, match="path"):
+        profiling.write_pipeline_script(tmp_path / "pipeline.txt")

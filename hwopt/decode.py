@@ -178,10 +178,8 @@ def dequantize_int8(q: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) ->
     return ((q.astype(np.float32) - zero_point.astype(np.float32)) * scale).astype(np.float32)
 
 
-def quantize_int4(w: np.ndarray, block_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric blockwise int4 of w (K, N) for MatMulNBits: packed (N, K/bs, bs/2) uint8, scales (N, K/bs)"""
-    from onnxruntime.capi._pybind_state import quantize_matmul_4bits
-
+def _blocked(w, block_size: int):
+    """Check w (K, N) and block_size for blockwise quantization: (contiguous w, K, N, K / block_size)."""
     w = np.ascontiguousarray(w, dtype=np.float32)
     if w.ndim != 2:
         raise ValueError(f"w must be a 2-D (K, N) matrix; got shape {w.shape}")
@@ -190,7 +188,14 @@ def quantize_int4(w: np.ndarray, block_size: int = 32) -> tuple[np.ndarray, np.n
     k, n = w.shape
     if k % block_size:
         raise ValueError(f"w's first dimension K={k} must be a multiple of block_size={block_size}")
-    blocks = k // block_size
+    return w, k, n, k // block_size
+
+
+def quantize_int4(w: np.ndarray, block_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric blockwise int4 of w (K, N) for MatMulNBits: packed (N, K/bs, bs/2) uint8, scales (N, K/bs)"""
+    from onnxruntime.capi._pybind_state import quantize_matmul_4bits
+
+    w, k, n, blocks = _blocked(w, block_size)
     packed = np.zeros((n, blocks, block_size // 2), dtype=np.uint8)
     scales = np.zeros((n, blocks), dtype=np.float32)
     zero_points = np.zeros((n, (blocks + 1) // 2), dtype=np.uint8)
@@ -240,22 +245,48 @@ def int8_model_bytes(stack: DecodeStack) -> bytes:
     return _graph_bytes(nodes, inits, stack.d_model)
 
 
-def int4_model_bytes(stack: DecodeStack, block_size: int = 32, accuracy_level: int = 4) -> bytes:
-    """ONNX graph (in memory) of the stack, int4 weights: MatMulNBits (accuracy_level 4 = int8 compute)."""
+def quantize_int8_blocks(w: np.ndarray, block_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric blockwise int8 of w (K, N) for MatMulNBits: packed (N, K/bs, bs) uint8 (q - 128), scales."""
+    from onnxruntime.capi._pybind_state import quantize_matmul_8bits
+
+    w, k, n, blocks = _blocked(w, block_size)
+    packed = np.zeros((n, blocks, block_size), dtype=np.uint8)
+    scales = np.zeros((n, blocks), dtype=np.float32)
+    quantize_matmul_8bits(packed, w, scales, np.zeros((n, blocks), dtype=np.uint8), block_size, n, k, True)
+    return packed, scales
+
+
+def dequantize_int8_blocks(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """Inverse of quantize_int8_blocks: fp32 (K, N), each byte q meaning (q - 128) * block scale."""
+    n, blocks, size = packed.shape
+    values = (packed.astype(np.float32) - 128.0) * scales[:, :, None]
+    return values.reshape(n, blocks * size).T.copy()
+
+
+def nbits_model_bytes(stack: DecodeStack, bits: int = 4, block_size: int = 32,
+                      accuracy_level: int = 4) -> bytes:
+    """ONNX graph (bytes) of the stack, MatMulNBits weights (4 or 8 bits; accuracy_level 4: int8 compute)."""
     from onnx import helper, numpy_helper
 
+    if bits not in (4, 8):
+        raise ValueError(f"bits must be 4 or 8; got {bits!r}")
     nodes, inits = [], []
     d = stack.d_model
     for i, w in enumerate(stack.layers):
-        packed, scales = quantize_int4(w, block_size)
+        packed, scales = (quantize_int4 if bits == 4 else quantize_int8_blocks)(w, block_size)
         inits += [numpy_helper.from_array(packed, f"W{i}"), numpy_helper.from_array(scales, f"Ws{i}")]
-        attrs = {"K": d, "N": d, "bits": 4, "block_size": block_size}
+        attrs = {"K": d, "N": d, "bits": bits, "block_size": block_size}
         if accuracy_level:
             attrs["accuracy_level"] = accuracy_level
         nodes += [helper.make_node("MatMulNBits", [f"h{i}", f"W{i}", f"Ws{i}"], [f"y{i}"],
                                    domain="com.microsoft", **attrs),
                   helper.make_node("Add", [f"h{i}", f"y{i}"], [f"h{i + 1}"])]
     return _graph_bytes(nodes, inits, d)
+
+
+def int4_model_bytes(stack: DecodeStack, block_size: int = 32, accuracy_level: int = 4) -> bytes:
+    """ONNX graph (bytes) of the stack, int4 weights: MatMulNBits (accuracy_level 4 = int8 compute)."""
+    return nbits_model_bytes(stack, 4, block_size, accuracy_level)
 
 
 def ort_session(model_bytes: bytes, threads: int | None = None):
@@ -295,7 +326,7 @@ class DecodePath:
 
 
 def decode_paths(stack: DecodeStack, device="cpu", threads: int | None = None) -> dict[str, DecodePath]:
-    """fp32 numpy and torch, int8 and int4 in ONNX Runtime (CPU); on a GPU also torch fp32 and fp16 there."""
+    """fp32 numpy and torch, int8 (2 kernels) and int4 in ONNX Runtime (CPU); on a GPU torch fp32/fp16 too."""
     device = bench.resolve_device(device)
     paths = [
         DecodePath("fp32 numpy", "fp32", numpy_step(stack), stack.weight_bytes(4)),
@@ -307,10 +338,13 @@ def decode_paths(stack: DecodeStack, device="cpu", threads: int | None = None) -
             DecodePath(f"fp16 torch {device}", "fp16", torch_step(stack, device, "float16"),
                        stack.weight_bytes(2)),
         ]
+    # Two int8 kernels (which is faster depends on the CPU), one int4; all with explicit thread counts.
     int8 = ort_session(int8_model_bytes(stack), threads)
-    int4 = ort_session(int4_model_bytes(stack), threads)
+    int8_blocks = ort_session(nbits_model_bytes(stack, bits=8), threads)
+    int4 = ort_session(nbits_model_bytes(stack, bits=4), threads)
     paths += [
         DecodePath("int8 ORT MatMulInteger", "int8", ort_step(int8, stack), stack.weight_bytes(1)),
+        DecodePath("int8 ORT MatMulNBits", "int8", ort_step(int8_blocks, stack), stack.weight_bytes(1)),
         DecodePath("int4 ORT MatMulNBits", "int4", ort_step(int4, stack), stack.weight_bytes(0.5)),
     ]
     return {p.label: p for p in paths}

@@ -89,11 +89,13 @@ def test_int4_quantizer_round_trip_matches_blocks(stack):
 
 def test_every_cpu_path_matches_the_oracle_within_tolerance(stack):
     paths = decode.decode_paths(stack, threads=1)
-    assert set(paths) == {"fp32 numpy", "fp32 torch", "int8 ORT MatMulInteger", "int4 ORT MatMulNBits"}
+    assert set(paths) == {"fp32 numpy", "fp32 torch", "int8 ORT MatMulInteger", "int8 ORT MatMulNBits",
+                          "int4 ORT MatMulNBits"}
     errors = decode.check_paths(paths, stack)
     assert errors["fp32 numpy"] < 1e-5 and errors["fp32 torch"] < 1e-5
-    assert 0 < errors["int8 ORT MatMulInteger"] < decode.TOLERANCE["int8"]
-    assert errors["int8 ORT MatMulInteger"] < errors["int4 ORT MatMulNBits"] < decode.TOLERANCE["int4"]
+    for int8 in ("int8 ORT MatMulInteger", "int8 ORT MatMulNBits"):
+        assert 0 < errors[int8] < decode.TOLERANCE["int8"]
+        assert errors[int8] < errors["int4 ORT MatMulNBits"] < decode.TOLERANCE["int4"]
     assert paths["int4 ORT MatMulNBits"].weight_bytes == stack.n_params / 2
 
 
@@ -106,6 +108,23 @@ def test_int4_kernel_computes_what_its_dequantized_weights_say(stack):
     session = decode.ort_session(decode.int4_model_bytes(stack), threads=1)
     # accuracy_level 4 rounds activations to int8 too: agreement to ~1%, not to float precision
     assert decode.relative_error(decode.ort_step(session, stack)(), expected) < 0.02
+
+
+def test_int8_blocks_round_trip_and_kernel(stack):
+    import dataclasses
+
+    w = stack.layers[1]
+    packed, scales = decode.quantize_int8_blocks(w)
+    assert packed.shape == (64, 2, 32) and scales.shape == (64, 2)
+    back = decode.dequantize_int8_blocks(packed, scales)
+    step = np.repeat(np.abs(scales), 32, axis=1).T
+    assert np.all(np.abs(back - w) <= step / 2 + 1e-6)
+    deq = tuple(decode.dequantize_int8_blocks(*decode.quantize_int8_blocks(x)) for x in stack.layers)
+    expected = decode.reference(dataclasses.replace(stack, layers=deq))
+    session = decode.ort_session(decode.nbits_model_bytes(stack, bits=8), threads=1)
+    assert decode.relative_error(decode.ort_step(session, stack)(), expected) < 0.02
+    with pytest.raises(ValueError, match="bits"):
+        decode.nbits_model_bytes(stack, bits=3)
 
 
 def test_check_paths_names_a_path_beyond_tolerance(stack):

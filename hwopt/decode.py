@@ -397,6 +397,14 @@ class DecodeResult:
         return min((k for k, p in self.paths.items() if p.precision == precision),
                    key=lambda k: self.measurements[k].median_s)
 
+    def fastest_on(self, device: str = "cpu") -> list[str]:
+        """Labels of the fastest path per precision among those that run on `device` ('cpu' or a GPU)."""
+        on_gpu = device != "cpu"
+        labels = [k for k in self.paths if any(g in k for g in GPU_MARKERS) == on_gpu]
+        precisions = dict.fromkeys(self.paths[k].precision for k in labels)
+        return [min((k for k in labels if self.paths[k].precision == p), key=lambda k: self.measurements[k].median_s)
+                for p in precisions]
+
     def vs_prediction(self, bandwidth_gbs: float) -> str:
         """Per path: predicted time (weight bytes / bandwidth) vs measured, and bandwidth fraction used."""
         _positive("bandwidth_gbs", bandwidth_gbs)

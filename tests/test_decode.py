@@ -177,6 +177,8 @@ def test_torch_step_dtype_and_cuda_paths_on_cpu(stack, monkeypatch):
     assert paths["fp16 torch cuda"].precision == "fp16"
     result = decode.time_paths(paths, repeats=1)
     assert result.best_fp32_cpu in ("fp32 numpy", "fp32 torch")
+    assert sorted(result.fastest_on("cuda")) == ["fp16 torch cuda", "fp32 torch cuda"]
+    assert [result.paths[k].precision for k in result.fastest_on("cpu")] == ["fp32", "int8", "int4"]
     assert result.speedup(result.best_fp32_cpu, baseline=result.best_fp32_cpu) == 1.0
     y = paths["fp32 torch cuda"].fn()
     assert decode.relative_error(y, decode.reference(stack)) < 1e-5

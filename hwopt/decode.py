@@ -402,8 +402,10 @@ class DecodeResult:
         on_gpu = device != "cpu"
         labels = [k for k in self.paths if any(g in k for g in GPU_MARKERS) == on_gpu]
         precisions = dict.fromkeys(self.paths[k].precision for k in labels)
-        return [min((k for k in labels if self.paths[k].precision == p), key=lambda k: self.measurements[k].median_s)
-                for p in precisions]
+        fastest = {}
+        for k in sorted(labels, key=lambda k: self.measurements[k].median_s):
+            fastest.setdefault(self.paths[k].precision, k)
+        return [fastest[p] for p in precisions]
 
     def vs_prediction(self, bandwidth_gbs: float) -> str:
         """Per path: predicted time (weight bytes / bandwidth) vs measured, and bandwidth fraction used."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GRADE_CLASS = ROOT / "autograder" / "grade_class.py"
-CELL_TIMEOUT_S = 20  # per cell, for the sample students whose loops never end (the kit's default is longer)
+CELL_TIMEOUT_S = 10  # per cell: the sample students whose loops never end cost this (the kit's default: 60)
 
 
 def load_grade_class(path: Path | None = None):

@@ -204,6 +204,8 @@ def _fmt(value, digits: int = 3) -> str:
     """A number with `digits` significant digits ('-' for None)."""
     if value is None:
         return "-"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if value == 0:

@@ -152,6 +152,7 @@ def test_markdown_shows_machine_ratios_verdicts_and_reasons():
     assert "| int8 / fp32 | **5.00**" in md and "meets goal" in md and ">= 2.50" in md
     assert "not available" in md and "hwopt.fusion is not in the toolkit" in md
     assert "| notebooks/02_x.ipynb | 120 | ok | <= 90.0 s | below goal |" in md
+    assert "| 2 | 8 | 40.0 | 5.00 |" in md  # integers stay integers in tables
     assert "5.00 s per submission-notebook" in md and "UserWarning: careful" in md
 
 

@@ -58,4 +58,4 @@ release: env           ## regenerate release/ from source/ (commit the result)
 	nbgrader generate_assignment "*" --force
 
 grade-demo: env        ## grade the sample submissions end to end; report in artifacts/grading-demo/
-	$(PY) autograder/grade_class.py demo
+	$(PY) autograder/grade_class.py demo --timeout 10

@@ -79,7 +79,7 @@ def measure(*, quick: bool, class_size: int | None = None) -> tuple[dict, list[d
     summary = {
         "available": True, "class_size": figures["students"], "notebooks": figures["notebooks_submitted"],
         "total_s": figures["seconds"], "s_per_notebook": figures["seconds_per_notebook"],
-        "statuses": statuses,
+        "cpu_s_per_notebook": figures.get("cpu_seconds_per_notebook"), "statuses": statuses,
     }
     notes = [f"autograder/grade_class.py demo with a class of {n} sample students (cycling through every "
              f"sample, broken ones included), cell timeout {CELL_TIMEOUT_S} s; statuses: "

@@ -332,7 +332,9 @@ def render_markdown(doc: dict) -> str:
         out.append(f"Autograding a class of {grading['class_size']} sample students "
                    f"({grading['notebooks']} submission notebooks): "
                    f"**{_fmt(grading['s_per_notebook'])} s per submission-notebook**, "
-                   f"{_fmt(grading['total_s'])} s in all.\n")
+                   f"{_fmt(grading['total_s'])} s in all"
+                   + (f" (CPU {_fmt(grading['cpu_s_per_notebook'])} s per notebook)"
+                      if grading.get("cpu_s_per_notebook") is not None else "") + ".\n")
     else:
         out.append(f"Autograding: not available ({grading.get('reason', 'no reason given')}).\n")
     out.append(_notes(cost["notes"]) + _plot(doc, "notebooks"))

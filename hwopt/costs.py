@@ -159,6 +159,8 @@ def cost_report(params: float, batch_size: int = 1, precision: str = "fp32", chi
 
 def plot_costs(estimates: Sequence[ChipEstimate], ax=None, title: str | None = None):
     """Bars of USD per 1M inferences per priced chip (log scale), cheapest highlighted; returns the Figure."""
+    from matplotlib import ticker
+
     priced = [e for e in estimates if e.cost_per_million_usd is not None]
     if not priced:
         raise ValueError("estimates must contain at least one chip with a price that fits the model")
@@ -166,11 +168,17 @@ def plot_costs(estimates: Sequence[ChipEstimate], ax=None, title: str | None = N
     ax = plots.axes("cost per 1M inferences (USD, log scale)", "chip", logx=True, ax=ax, title=title,
                     figsize=(7.0, 0.3 * len(priced) + 1.5))
     y = np.arange(len(priced))
-    colors = [plots.color(1) if e is best else plots.color(0) for e in priced]
-    ax.barh(y, [e.cost_per_million_usd for e in priced], color=colors, alpha=0.85)
+    costs_usd = [e.cost_per_million_usd for e in priced]
+    ax.hlines(y, min(costs_usd) / 1.5, costs_usd, color=plots.color(0), alpha=0.4)  # log axis: dots, not bars
+    ax.plot(costs_usd, y, "o", color=plots.color(0), markersize=8)
+    ax.plot([best.cost_per_million_usd], [priced.index(best)], "*", color=plots.color(1), markersize=16,
+            label=f"best: {best.chip}")
+    ax.set_xlim(min(costs_usd) / 1.5, max(costs_usd) * 1.5)
+    ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(ticker.NullFormatter())
     ax.set_yticks(y, [f"{e.chip} ({e.bound})" for e in priced])
     ax.invert_yaxis()
-    ax.barh([0], [0], color=plots.color(1), label=f"best: {best.chip}")
     return plots.finish(ax)
 
 

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: env lab test lint unit notebooks clean browser-deps colab-overlay
+.PHONY: env lab test lint unit notebooks clean browser-deps colab-overlay lab-settings
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,7 +15,13 @@ $(STAMP): pyproject.toml
 
 env: $(STAMP)          ## create the environment if missing
 
-lab: env               ## open the course in JupyterLab on 127.0.0.1
+# JupyterLab defaults for the course (jupyter-config/): widget callbacks run on the kernel's main thread.
+# (JupyterLab 4.6 sends widget messages to a kernel subshell thread; matplotlib drawing there fails at random.)
+lab-settings: env      ## install the course's JupyterLab default settings into the environment
+	mkdir -p $(VENV)/etc/jupyter/labconfig
+	cp jupyter-config/labconfig/default_setting_overrides.json $(VENV)/etc/jupyter/labconfig/
+
+lab: env lab-settings  ## open the course in JupyterLab on 127.0.0.1
 	jupyter lab --ip=127.0.0.1 --allow-root --notebook-dir=.
 
 # Browser test: Debian's Chromium, installed once when missing (Playwright drives it; it downloads nothing).
@@ -28,7 +34,7 @@ browser-deps:          ## install /usr/bin/chromium via apt when missing
 colab-overlay: env     ## Colab's ipywidgets 7.7.1 stack in .venv-colab-overlay/
 	$(PY) -m hwopt.colab overlay .venv-colab-overlay
 
-test: env browser-deps colab-overlay  ## lint, then every test (unit, notebooks, grading, browser)
+test: env lab-settings browser-deps colab-overlay  ## lint, then every test (unit, notebooks, grading, browser)
 	ruff check .
 	$(PY) -m pytest
 

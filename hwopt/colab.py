@@ -92,6 +92,7 @@ def student_notebooks(root: Path = ROOT) -> list[StudentNotebook]:
     """Lessons then released assignments: what the README lists with Colab badges."""
     lessons = [StudentNotebook(p, notebook_title(root / p), "lesson") for p in lesson_paths(root)]
     tasks = [StudentNotebook(p, notebook_title(root / p), "assignment") for p in release_paths(root)]
+    tasks.sort(key=lambda nb: nb.title)  # "Assignment 1 ...", "Assignment 2 ...": the course's order
     return lessons + tasks
 
 
@@ -172,6 +173,11 @@ def readme_block(root: Path = ROOT) -> str:
             badge = f"[![Open In Colab]({COLAB_BADGE_SVG})]({nb.colab_url})"
             lines.append(f"| [{nb.title}]({nb.path.as_posix()}) | {badge} |")
         lines.append("")
+    lines += [
+        "On Colab, run each notebook's first cell: it fetches this repository and installs the toolkit and",
+        "ONNX Runtime, keeping Colab's own torch and widgets (elsewhere it does nothing). Submit an assignment",
+        "done on Colab as the file from **File > Download > Download .ipynb**.",
+    ]
     return "\n".join(lines).rstrip("\n")
 
 

@@ -31,7 +31,7 @@ def colab_env():
     """Environment variables for a process that sees Colab's widget versions first, and no CUDA device."""
     colab.build_overlay(OVERLAY)  # `make test` built it already; this only checks its stamp
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(OVERLAY), os.environ.get("PYTHONPATH", "")]),
-            "CUDA_VISIBLE_DEVICES": "", "MPLBACKEND": "Agg"}
+            "CUDA_VISIBLE_DEVICES": ""}
 
 
 def run_python(code, env, timeout=600):

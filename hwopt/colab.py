@@ -175,8 +175,8 @@ def readme_block(root: Path = ROOT) -> str:
         lines.append("")
     lines += [
         "On Colab, run each notebook's first cell: it fetches this repository and installs the toolkit and",
-        "ONNX Runtime, keeping Colab's own torch and widgets (elsewhere it does nothing). Submit an assignment",
-        "done on Colab as the file from **File > Download > Download .ipynb**.",
+        "ONNX Runtime, keeping Colab's own torch and widgets (elsewhere it does nothing). Submit an",
+        "assignment done on Colab as the file from **File > Download > Download .ipynb**.",
     ]
     return "\n".join(lines).rstrip("\n")
 

@@ -31,17 +31,11 @@ def measured_probe(doc: dict):
 
 def machine_card(measured=None) -> dict:
     """The toolkit's machine card for the CPU (hwopt.card), with section 1's probe medians when measured."""
-    try:
-        from hwopt import card
+    from hwopt import card
 
-        c = card.machine_card(probe=measured is not None, device="cpu", dtypes=("float32",),
-                              probe_fn=lambda *_: measured)
-        return {"card": c.render(), "details": c.to_dict()}
-    except (ImportError, AttributeError):  # the card is newer than the hardware summary
-        from hwopt import hardware
-
-        info = hardware.machine()
-        return {"card": info.summary(), "details": info.to_dict()}
+    c = card.machine_card(probe=measured is not None, device="cpu", dtypes=("float32",),
+                          probe_fn=lambda *_: measured)
+    return {"card": c.render(), "details": c.to_dict()}
 
 
 def _log(msg: str) -> None:

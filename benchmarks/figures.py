@@ -43,7 +43,7 @@ def bandwidth_chart(series: list[dict], caches: dict[str, int]):
     """GB/s vs working set (MB, log) for each source and kernel, cache capacities marked; None if empty."""
     if not series:
         return None
-    ax = plots.axes("working set of the 3 arrays (MB)", "bandwidth (GB/s)", logx=True,
+    ax = plots.axes("working set of the 3 arrays (MB)", "bandwidth (GB/s)", logx=True, logy=True,
                     title="Bandwidth vs array size")
     curves = list(dict.fromkeys((s["source"], s["kernel"]) for s in series))
     for i, (source, kernel) in enumerate(curves):
@@ -55,7 +55,6 @@ def bandwidth_chart(series: list[dict], caches: dict[str, int]):
     for i, (level, size) in enumerate(sorted(caches.items())):
         shown = f"{size / 2**20:g} MiB" if size >= 2**20 else f"{size / 2**10:g} KiB"
         ax.axvline(size / MB, color=plots.color(4 + i), linestyle=":", label=f"{level} {shown}")
-    ax.set_ylim(bottom=0)
     return plots.finish(ax)
 
 

@@ -123,6 +123,21 @@ def notebook_row(path: str, seconds: float | None, status: str, error: str = "",
             "verdict": result}
 
 
+def summarize_warnings(messages: Iterable[str], keep: int = 3) -> list[str]:
+    """Distinct 'Category: message' lines; a category seen more than `keep` times becomes one count line."""
+    by_category: dict[str, list[str]] = {}
+    for m in dict.fromkeys(messages):
+        by_category.setdefault(m.split(":", 1)[0], []).append(m)
+    out = []
+    for category, lines in sorted(by_category.items()):
+        if len(lines) > keep:
+            example = lines[0].split(":", 1)[-1].strip()
+            out.append(f"{category}: {len(lines)} distinct warnings, e.g. {example}")
+        else:
+            out += lines
+    return out
+
+
 def noise_summary(stats: Iterable[dict], warnings: Iterable[str] = ()) -> dict:
     """Relative IQRs of every timed series (sorted, noisiest first), the noisy count, and warnings seen."""
     rows = sorted(
@@ -132,7 +147,8 @@ def noise_summary(stats: Iterable[dict], warnings: Iterable[str] = ()) -> dict:
     rel = [r["relative_iqr"] for r in rows]
     return {
         "threshold": NOISE_THRESHOLD, "series": rows, "noisy": sum(r["noisy"] for r in rows),
-        "median_relative_iqr": statistics.median(rel) if rel else None, "warnings": sorted(set(warnings)),
+        "median_relative_iqr": statistics.median(rel) if rel else None,
+        "warnings": summarize_warnings(warnings),
     }
 
 

@@ -130,6 +130,12 @@ def test_noise_summary_lists_the_noisiest_first_and_counts_noisy_series():
     assert noise["noisy"] == 1 and noise["warnings"] == ["v", "w"]
 
 
+def test_many_warnings_of_one_kind_become_one_count_line():
+    noisy = [f"NoisyMeasurementWarning: batch {b} is noisy" for b in (1, 2, 4, 8)]
+    assert report.summarize_warnings([*noisy, noisy[0], "UserWarning: once"]) == [
+        "NoisyMeasurementWarning: 4 distinct warnings, e.g. batch 1 is noisy", "UserWarning: once"]
+
+
 # ---------------------------------------------------------------- schema, Markdown, files
 
 
@@ -317,3 +323,17 @@ def test_the_committed_reference_is_generated_not_hand_edited():
     assert (REFERENCE / "report.md").read_text() == report.render_markdown(doc), \
         "report.md is not what report.json renders to: regenerate it, `make bench OUT=benchmarks/reference`"
     assert all((REFERENCE / name).is_file() for name in doc["plots"].values())
+
+
+def test_quick_mode_runs_the_assignments_and_skips_the_lessons(monkeypatch, tmp_path):
+    from benchmarks import course
+
+    for path in ("notebooks/01_x.ipynb", "source/a/a.ipynb"):
+        (tmp_path / path).parent.mkdir(parents=True)
+        (tmp_path / path).write_text("{}")
+    monkeypatch.setattr(course, "ROOT", tmp_path)
+    monkeypatch.setattr(course, "course_notebooks", lambda: [tmp_path / "notebooks/01_x.ipynb",
+                                                             tmp_path / "source/a/a.ipynb"])
+    monkeypatch.setattr(course, "execute_notebook", lambda p, **kw: report.notebook_row(p.name, 1.0, "ok"))
+    rows, _ = course.measure_notebooks(quick=True)
+    assert [r["status"] for r in rows] == ["skipped", "ok"]

@@ -79,18 +79,22 @@ def speedup_row(name: str, baseline: Measurement, candidate: Measurement, goal: 
     }
 
 
-def fidelity_row(name: str, candidate: dict, reference: dict, goal: float | None = None,
-                 note: str = "") -> dict:
-    """How close a measured rate comes to a reference rate: candidate median / reference best, vs goal."""
+def fidelity_row(name: str, candidate: dict, reference: dict, goal: float | None = None, note: str = "",
+                 pairs: Sequence[float] | None = None) -> dict:
+    """How close a measured rate comes to a reference rate: candidate median / reference median, vs goal.
+
+    pairs: per-round ratios candidate/reference (rounds interleaved), for the IQR of the ratio.
+    """
     for arg, stats in (("candidate", candidate), ("reference", reference)):
         if not isinstance(stats, Mapping) or not {"median", "best", "unit"} <= set(stats):
             raise ValueError(f"{arg} must be a rate_stats() dict, got {stats!r}")
     if candidate["unit"] != reference["unit"]:
         raise ValueError(f"units differ: candidate {candidate['unit']!r}, reference {reference['unit']!r}")
-    ratio = candidate["median"] / reference["best"]
+    ratio = candidate["median"] / reference["median"]
     return {
         "name": name, "kind": "fidelity", "goal": goal, "ratio": ratio, "verdict": verdict(ratio, goal),
-        "ratio_q1": candidate["q1"] / reference["best"], "ratio_q3": candidate["q3"] / reference["best"],
+        "ratio_q1": _quantile(pairs, 0.25) if pairs else None,
+        "ratio_q3": _quantile(pairs, 0.75) if pairs else None,
         "ratio_of_best": candidate["best"] / reference["best"],
         "baseline": reference, "candidate": candidate, "note": note,
     }

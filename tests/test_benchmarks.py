@@ -95,10 +95,12 @@ def test_speedup_row_is_the_ratio_of_medians_with_paired_iqr_and_verdict():
     assert row["baseline"]["label"] == "slow" and row["candidate"]["label"] == "fast"
 
 
-def test_fidelity_row_divides_the_probe_median_by_the_reference_best():
-    row = report.fidelity_row("bw", rate(values=(18.0, 20.0, 22.0)), rate("ref", (20.0, 25.0)), goal=0.9)
-    assert row["ratio"] == pytest.approx(0.8) and row["verdict"] == report.BELOW
+def test_fidelity_row_divides_the_probe_median_by_the_reference_median():
+    row = report.fidelity_row("bw", rate(values=(18.0, 20.0, 22.0)), rate("ref", (20.0, 25.0)), goal=0.85,
+                              pairs=[0.8, 0.9, 1.0])
+    assert row["ratio"] == pytest.approx(20 / 22.5) and row["verdict"] == report.MEETS
     assert row["ratio_of_best"] == pytest.approx(22 / 25)
+    assert (row["ratio_q1"], row["ratio_q3"]) == (pytest.approx(0.85), pytest.approx(0.95))
     with pytest.raises(ValueError, match="units"):
         report.fidelity_row("bw", rate(), rate(unit="GFLOP/s"))
     with pytest.raises(ValueError, match="candidate"):
@@ -264,6 +266,7 @@ def test_without_a_compiler_the_report_says_so_instead_of_failing(monkeypatch, t
     monkeypatch.setattr(fidelity, "_gemm_inputs", lambda n: (tiny, tiny, torch.ones(8, 8), torch.ones(8, 8)))
     monkeypatch.setattr(fidelity.bench, "compare", lambda fns, **kw: {k: m(k, [0.1, 0.2]) for k in fns})
     section, stats = fidelity.measure(tmp_path, quick=True, threads=1)
+    assert {s["label"] for s in stats} == {"bandwidth probe", "numpy sgemm", "torch sgemm", "FLOP/s probe"}
     row = section["rows"][0]
     assert row["verdict"] == report.UNAVAILABLE and "no C compiler" in row["note"]
     assert not any("FMA" in r["name"] for r in section["rows"])

@@ -1,5 +1,7 @@
 """hwopt.decode: estimates by hand, quantizer round trips, every path (numpy, torch, ORT) vs the oracle."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -141,6 +143,32 @@ def test_time_paths_reports_ratios_and_gbs(stack):
     assert result.best("int4") == "int4 ORT MatMulNBits"
     assert all(result.achieved_gbs(k) > 0 for k in paths)
     assert "vs best fp32" in result.table()
+
+
+def test_time_paths_leaves_the_slower_fp32_path_out_of_the_main_run():
+    calls = []
+
+    def path(label, precision, name):
+        def fn():
+            calls.append(name)
+            time.sleep(0.002)
+
+        return decode.DecodePath(label, precision, fn, 1.0)
+
+    paths = {"fp32 numpy": path("fp32 numpy", "fp32", "numpy"),
+             "fp32 torch": path("fp32 torch", "fp32", "torch"),
+             "int8 ORT": path("int8 ORT", "int8", "int8")}
+    best, first = decode.fastest_cpu_fp32(paths, repeats=1)
+    assert set(first) == {"fp32 numpy", "fp32 torch"} and best in first
+    calls.clear()
+    result = decode.time_paths(paths, repeats=1)
+    best = result.best_fp32_cpu
+    slower = ({"fp32 numpy", "fp32 torch"} - {best}).pop()
+    after_first_run = calls[calls.index("int8"):]
+    assert slower.split()[1] not in after_first_run, "the slower fp32 path must not run beside the int8 path"
+    assert set(result.measurements) == set(paths)
+    with pytest.raises(ValueError, match="fp32"):
+        decode.fastest_cpu_fp32({"int8 ORT": paths["int8 ORT"]})
 
 
 def test_ort_session_thread_count_is_explicit(stack):

@@ -162,10 +162,8 @@ def test_time_paths_leaves_the_slower_fp32_path_out_of_the_main_run():
     assert set(first) == {"fp32 numpy", "fp32 torch"} and best in first
     calls.clear()
     result = decode.time_paths(paths, repeats=1)
-    best = result.best_fp32_cpu
-    slower = ({"fp32 numpy", "fp32 torch"} - {best}).pop()
-    after_first_run = calls[calls.index("int8"):]
-    assert slower.split()[1] not in after_first_run, "the slower fp32 path must not run beside the int8 path"
+    second_run = set(calls[calls.index("int8"):]) - {"int8"}
+    assert len(second_run) == 1, f"one fp32 path only may run beside the int8 path; ran {second_run}"
     assert set(result.measurements) == set(paths)
     with pytest.raises(ValueError, match="fp32"):
         decode.fastest_cpu_fp32({"int8 ORT": paths["int8 ORT"]})

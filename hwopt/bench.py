@@ -203,6 +203,14 @@ def _run(fn: Callable[[], object], number: int, device: str, clock) -> float:
     return clock() - start
 
 
+def _settle(fn: Callable[[], object], seconds: float, device: str, clock) -> None:
+    """Call fn, untimed, until at least `seconds` have passed."""
+    end = clock() + seconds
+    while clock() < end:
+        fn()
+        sync(device)
+
+
 def _pick_number(fn, device, clock, warmup_times: list[float]) -> int:
     """Calls per repeat so that one repeat lasts >= TARGET_REPEAT_S, from the fastest warm-up call."""
     per_call = min(warmup_times) if warmup_times else _run(fn, 1, device, clock)
@@ -234,18 +242,28 @@ def compare(
     repeats: int = 15,
     number: int | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    settle_s: float = 0.0,
 ) -> dict[str, Measurement]:
-    """Time several zero-argument functions interleaved (A B A B ...): {label: Measurement}, seconds/call."""
-    return _measure(fns, device, warmup, repeats, number, clock, stacklevel=4)
+    """Time several zero-argument functions interleaved (A B A B ...): {label: Measurement}, seconds/call.
+
+    settle_s: before each timed repeat, run the function untimed for at least this long. Thread pools (BLAS,
+    OpenMP) keep spinning for a while after a call and take cores from whatever runs next; settling for
+    longer than that times each function as a program running only it would see it (a pause would instead
+    let the machine go cold).
+    """
+    return _measure(fns, device, warmup, repeats, number, clock, stacklevel=4, settle_s=settle_s)
 
 
-def _measure(fns, device, warmup, repeats, number, clock, stacklevel: int) -> dict[str, Measurement]:
+def _measure(fns, device, warmup, repeats, number, clock, stacklevel: int,
+             settle_s: float = 0.0) -> dict[str, Measurement]:
     if not isinstance(fns, Mapping) or not fns:
         raise ValueError("fns must be a non-empty mapping {label: zero-argument callable}")
     for label, fn in fns.items():
         if not callable(fn):
             raise ValueError(f"fns[{label!r}] must be callable with no arguments; got {type(fn).__name__}")
     _check_common(warmup, repeats, number, clock)
+    if isinstance(settle_s, bool) or not isinstance(settle_s, int | float) or not 0 <= settle_s <= 10:
+        raise ValueError(f"settle_s must be a number of seconds in [0, 10]; got {settle_s!r}")
     device = resolve_device(device)
 
     warm: dict[str, list[float]] = {label: [] for label in fns}
@@ -257,6 +275,8 @@ def _measure(fns, device, warmup, repeats, number, clock, stacklevel: int) -> di
     times: dict[str, list[float]] = {label: [] for label in fns}
     for _ in range(repeats):
         for label, fn in fns.items():
+            if settle_s:
+                _settle(fn, settle_s, device, clock)
             times[label].append(_run(fn, numbers[label], device, clock) / numbers[label])
 
     results = {

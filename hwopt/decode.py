@@ -3,8 +3,9 @@
 Generating one token reads every weight once and does 2 FLOP per weight, far below any chip's ridge point, so
 time ~ weight bytes / bandwidth and fewer bytes per weight means proportionally more tokens/s. The lesson's
 stack: `n_layers` residual layers h <- h + h @ B_i with B_i (d_model, d_model), together far larger than the
-last-level cache. fp32 runs in numpy and torch; int8 and int4 run in ONNX Runtime's quantized MatMul kernels.
-The fp32 result in float64 is the oracle every path is checked against.
+last-level cache. fp32 runs in numpy and torch; int8 and int4 run in ONNX Runtime's quantized MatMul kernels;
+and a small C kernel written for this case (hwopt.lowbit_gemv) runs all three precisions, when a C compiler is
+present. The fp32 result in float64 is the oracle every path is checked against.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hwopt import bench
+from hwopt import bench, lowbit_gemv
 
 # Stated tolerances: relative L2 error of the stack's output vs the fp32 oracle (4 layers, random weights).
 BYTES = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0, "int4": 0.5}  # bytes per weight of each precision
@@ -329,7 +330,8 @@ class DecodePath:
 
 
 def decode_paths(stack: DecodeStack, device="cpu", threads: int | None = None) -> dict[str, DecodePath]:
-    """fp32 numpy and torch, int8 (2 kernels) and int4 in ONNX Runtime (CPU); on a GPU torch fp32/fp16 too."""
+    """Every way to run the step: fp32 numpy and torch; int8 (2 kernels) and int4 in ONNX Runtime; the C
+    kernel at fp32/int8/int4 (when it builds: lowbit_gemv.unavailable_reason()); on a GPU torch fp32/fp16."""
     device = bench.resolve_device(device)
     paths = [
         DecodePath("fp32 numpy", "fp32", numpy_step(stack), stack.weight_bytes(4)),
@@ -351,6 +353,9 @@ def decode_paths(stack: DecodeStack, device="cpu", threads: int | None = None) -
         DecodePath("int8 ORT MatMulNBits", "int8", ort_step(int8_blocks, stack), stack.weight_bytes(1)),
         DecodePath("int4 ORT MatMulNBits", "int4", ort_step(int4, stack), stack.weight_bytes(0.5)),
     ]
+    if stack.d_model % 64 == 0 and lowbit_gemv.unavailable_reason() is None:
+        paths += [DecodePath(f"{prec} C kernel", prec, lowbit_gemv.step_fn(stack, prec, threads),
+                             stack.weight_bytes(BYTES[prec])) for prec in ("fp32", "int8", "int4")]
     return {p.label: p for p in paths}
 
 
@@ -431,55 +436,62 @@ class DecodeResult:
         return "\n".join(lines)
 
 
-def on_cpu_fp32(paths: dict[str, DecodePath]) -> list[str]:
-    """Labels of the fp32 paths that run on the CPU."""
-    return [k for k, p in paths.items() if p.precision == "fp32" and not any(g in k for g in GPU_MARKERS)]
+SETTLE_S = 0.15  # longer than BLAS's idle threads spin after a call (OpenBLAS: 2**28 cycles, ~0.1 s)
 
 
-def fastest_cpu_fp32(paths: dict[str, DecodePath], device="cpu", repeats: int = 5) -> tuple[str, dict]:
-    """The CPU fp32 paths timed against each other (interleaved): (fastest label, {label: Measurement})."""
-    fp32 = on_cpu_fp32(paths)
-    if not fp32:
-        raise ValueError("paths must include an fp32 path on the CPU (the baseline)")
-    measured = bench.compare({k: paths[k].fn for k in fp32}, device=device, repeats=repeats)
-    return min(measured, key=lambda k: measured[k].median_s), measured
+def time_paths(paths: dict[str, DecodePath], device="cpu", repeats: int = 8,
+               settle_s: float = SETTLE_S) -> DecodeResult:
+    """Time the paths interleaved (A B C A B C ...) with bench.compare, so each speedup is a ratio of one run.
 
-
-def time_paths(paths: dict[str, DecodePath], device="cpu", repeats: int = 15) -> DecodeResult:
-    """Time the paths interleaved (A B C A B C ...) with bench.compare, in two runs.
-
-    First the CPU fp32 paths against each other; then the fastest of them interleaved with every other path,
-    so each speedup over the best fp32 path is a ratio from one run. A framework's idle threads keep spinning
-    for a moment after a call and slow whatever runs next: leaving the slower fp32 framework out of the
-    second run keeps that from penalising the paths timed after it.
+    Before each timed repeat a path runs untimed for settle_s: a framework's idle threads keep spinning for a
+    while after each call and would otherwise slow whichever path is timed next.
     """
-    best, first = fastest_cpu_fp32(paths, device, repeats)
-    rest = {k: p.fn for k, p in paths.items() if k == best or k not in first}
-    second = bench.compare(rest, device=device, repeats=repeats)
-    return DecodeResult(paths, {k: second[k] if k in second else first[k] for k in paths})
+    measured = bench.compare({k: p.fn for k, p in paths.items()}, device=device, repeats=repeats,
+                             settle_s=settle_s)
+    return DecodeResult(paths, measured)
 
 
 INT8_DOT_FEATURES = ("AVX-512 VNNI", "AVX-VNNI", "AMX-INT8", "NEON DOTPROD", "I8MM")
 
 
 def int8_verdict(result: DecodeResult, bandwidth_gbs: float, simd=()) -> str:
-    """Plain-language verdict on the int8 path from its measurement: memory-bound, or limited by compute.
+    """Plain-language verdict on each int8 path on the CPU from its measurement: memory- or compute-bound.
 
-    Memory-bound if it streams its weights at >= half the measured bandwidth, or at >= 80% of the rate the
-    best fp32 path streams (what a GEMV on this machine gets from memory in the same run).
+    A path is memory-bound if it streams its weights at >= half the measured bandwidth, or at >= 80% of the
+    rate the best fp32 path streams in the same run (what a GEMV gets from memory on this machine).
     """
-    label = result.best("int8")
-    gbs = result.achieved_gbs(label)
-    fp32_gbs = result.achieved_gbs(result.best_fp32_cpu)
+    _positive("bandwidth_gbs", bandwidth_gbs)
+    base = result.best_fp32_cpu
+    fp32_gbs = result.achieved_gbs(base)
+    int8 = sorted((k for k, p in result.paths.items()
+                   if p.precision == "int8" and not any(g in k for g in GPU_MARKERS)),
+                  key=lambda k: result.measurements[k].median_s)
+    if not int8:
+        raise ValueError("result has no int8 path on the CPU to judge")
+    lines = [f"measured bandwidth {bandwidth_gbs:.1f} GB/s; the best fp32 path ({base}) streams its weights "
+             f"at {fp32_gbs:.1f} GB/s"]
+    memory_bound = []
+    for label in int8:
+        gbs = result.achieved_gbs(label)
+        keeps_up = memory_or_compute(gbs, bandwidth_gbs) == "memory" or gbs >= 0.8 * fp32_gbs
+        memory_bound += [label] if keeps_up else []
+        lines.append(f"  {label}: {gbs:.1f} GB/s ({gbs / bandwidth_gbs:.0%} of bandwidth) -> "
+                     f"{'memory-bound' if keeps_up else 'limited by compute'}")
+    slow = [k for k in int8 if k not in memory_bound]
     dot = [f for f in simd if f in INT8_DOT_FEATURES]
-    rates = (f"{label} streams its weights at {gbs:.1f} GB/s ({gbs / bandwidth_gbs:.0%} of the measured "
-             f"{bandwidth_gbs:.1f} GB/s; the best fp32 path streams {fp32_gbs:.1f} GB/s)")
-    if memory_or_compute(gbs, bandwidth_gbs) == "memory" or gbs >= 0.8 * fp32_gbs:
-        return f"{rates}: memory-bound, so fewer bytes per weight pay off directly."
     why = (f"this CPU has {', '.join(dot)}, so look for overheads instead" if dot else
            "this CPU has no int8 dot-product instructions (VNNI or similar), so each int8 multiply-add "
            "takes several instructions")
-    return f"{rates}: it is limited by compute, not memory; {why}."
+    if not slow:
+        lines.append("Every int8 kernel keeps up with memory: fewer bytes per weight pay off directly.")
+    elif memory_bound:
+        verb = "is" if len(slow) == 1 else "are"
+        lines.append(f"{' and '.join(slow)} {verb} limited by compute, not memory: {why}. "
+                     f"{memory_bound[0]} reads the same bytes and keeps up with memory: the bytes set the "
+                     "floor, the kernel decides whether you reach it.")
+    else:
+        lines.append(f"Every int8 kernel here is limited by compute, not memory: {why}.")
+    return "\n".join(lines)
 
 
 def memory_or_compute(achieved_gbs: float, bandwidth_gbs: float, threshold: float = 0.5) -> str:

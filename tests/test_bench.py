@@ -196,6 +196,18 @@ def test_compare_interleaves_repeats_of_several_calls():
     assert clock.log == ["A", "A", "B", "B", "A", "A", "B", "B"]
 
 
+def test_compare_settles_each_variant_by_running_it_untimed_before_each_repeat():
+    clock = FakeClock()
+    measured = bench.compare({"A": clock.work("A", 0.02), "B": clock.work("B", 0.03)}, warmup=0, repeats=2,
+                             number=1, settle_s=0.05, clock=clock)
+    # A settles with 3 calls (0.06 s >= 0.05), B with 2 (0.06 s); then one timed call each, per repeat
+    assert clock.log == ["A"] * 4 + ["B"] * 3 + ["A"] * 4 + ["B"] * 3
+    assert measured["A"].median_s == pytest.approx(0.02) and measured["B"].median_s == pytest.approx(0.03)
+    for bad in (-1, 11, "0.1", True):
+        with pytest.raises(ValueError, match="settle_s"):
+            bench.compare({"A": lambda: None}, settle_s=bad)
+
+
 def test_compare_returns_one_measurement_per_label_and_speedup_is_ratio_of_medians():
     clock = FakeClock()
     res = bench.compare({"slow": clock.work("s", 0.030), "fast": clock.work("f", 0.010)}, warmup=1, repeats=5,

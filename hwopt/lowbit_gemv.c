@@ -1,0 +1,308 @@
+/* The decode step h <- h + W_i h, layer after layer, with fp32, int8 or int4 weights.
+ *
+ * A batch-1 decode step is a chain of GEMVs: every weight is read once and used once, so a good kernel is
+ * limited by memory bandwidth, and fewer bytes per weight should make it proportionally faster. This kernel
+ * is written for exactly that case (library int8 kernels are built for batches, where compute dominates):
+ *
+ *   fp32  rows of W as floats.
+ *   int8  rows of W as int8 with one fp32 scale per row (symmetric, -127..127).
+ *   int4  rows of W in blocks of 32 weights with one fp32 scale per block; a group of 64 weights is 32 bytes,
+ *         byte j holding weight j (low nibble) and weight j + 32 (high nibble), each stored as w + 8 (0..15).
+ *
+ * For int8 and int4 the layer input h is quantized once per layer to int8 (one scale for the vector), and
+ * the dot products run on 8-bit integers: on x86 with AVX2, vpmaddubsw multiplies 32 byte pairs per
+ * instruction. Without AVX2 a plain C loop does the same arithmetic.
+ *
+ * Threads: `threads` workers each take a contiguous range of rows of every layer and meet at a barrier
+ * between layers. They are created per call and have exited when the call returns, so no idle thread is
+ * left spinning to slow whatever the program runs next.
+ *
+ * Built by hwopt/lowbit_gemv.py with the system C compiler:  cc -O3 -march=native -shared -fPIC -pthread
+ */
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define MAX_THREADS 64
+
+typedef struct {
+    atomic_int arrived;
+    atomic_int phase;
+    int n;
+} barrier_t;
+
+static void barrier_wait(barrier_t *b) {
+    int phase = atomic_load(&b->phase);
+    if (atomic_fetch_add(&b->arrived, 1) == b->n - 1) {
+        atomic_store(&b->arrived, 0);
+        atomic_fetch_add(&b->phase, 1);
+    } else {
+        while (atomic_load(&b->phase) == phase) sched_yield();
+    }
+}
+
+typedef struct {
+    int bits, n_layers;
+    long d;
+    const void *const *weights;
+    const float *const *scales;
+    const float *h0;
+    float *out, *work;
+    int8_t *xq;     /* the layer input quantized to int8 */
+    uint8_t *xabs;  /* |xq| */
+    float *xsum;    /* sum of xq over each block of 32 */
+    float x_scale;  /* h ~= x_scale * xq */
+    int threads;
+    atomic_int go; /* 0 wait, 1 run, -1 give up (a thread could not start) */
+    barrier_t barrier;
+} step_t;
+
+typedef struct {
+    step_t *step;
+    int index;
+} worker_t;
+
+/* ---- one row range of one layer: y[r] = h[r] + dot(W[r, :], h) ---------------------------------------- */
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+static inline float sum_f32x8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+static inline int32_t sum_i32x8(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1)));
+}
+
+static inline __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* 32 byte products u * s (u unsigned, s signed), summed into 8 int32 lanes */
+static inline __m256i dot_u8s8(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* Each kernel reads ROWS rows at once: several memory streams in flight, and every load of x serves all of
+ * them. (A row of int8 weights is one 4 KiB page, and hardware prefetchers stop at page boundaries.) */
+#define ROWS 4
+#define INLINE static inline __attribute__((always_inline))
+
+/* Fetch the next ROWS rows (they follow in memory) while computing these: 128 bytes per step of the loop
+ * covers them exactly when a step reads 32 bytes of each of 4 rows. It pays for int4, whose 2 KiB rows are
+ * too short for the hardware prefetcher to get going; int8 and fp32 rows were as fast without it. */
+INLINE void fetch_ahead(const void *next_rows, long step) {
+    _mm_prefetch((const char *)next_rows + step * 128, _MM_HINT_T0);
+    _mm_prefetch((const char *)next_rows + step * 128 + 64, _MM_HINT_T0);
+}
+
+INLINE void fp32_rows(const step_t *s, const float *w, const float *h, float *y, long r, int n) {
+    __m256 acc[ROWS];
+    for (int k = 0; k < n; k++) acc[k] = _mm256_setzero_ps();
+    for (long i = 0; i < s->d; i += 8) {
+        __m256 x = _mm256_loadu_ps(h + i);
+        for (int k = 0; k < n; k++)
+            acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(w + (r + k) * s->d + i), x, acc[k]);
+    }
+    for (int k = 0; k < n; k++) y[r + k] = h[r + k] + sum_f32x8(acc[k]);
+}
+
+INLINE void int8_rows(const step_t *s, const int8_t *w, const float *scale, const float *h, float *y, long r,
+                      int n) {
+    __m256i acc[ROWS];
+    for (int k = 0; k < n; k++) acc[k] = _mm256_setzero_si256();
+    for (long i = 0; i < s->d; i += 32) {
+        /* w * x = |x| * (w with the sign of x): the unsigned side is |x| <= 127, so no pair overflows */
+        __m256i x = load32(s->xq + i), xabs = load32(s->xabs + i);
+        for (int k = 0; k < n; k++)
+            acc[k] = _mm256_add_epi32(acc[k],
+                                      dot_u8s8(xabs, _mm256_sign_epi8(load32(w + (r + k) * s->d + i), x)));
+    }
+    for (int k = 0; k < n; k++) y[r + k] = h[r + k] + scale[r + k] * s->x_scale * (float)sum_i32x8(acc[k]);
+}
+
+INLINE void int4_rows(const step_t *s, const uint8_t *w, const float *scale, const float *h, float *y, long r,
+                      int n) {
+    const long blocks = s->d / 32;
+    const __m256i low = _mm256_set1_epi8(15);
+    __m256 acc[ROWS];
+    for (int k = 0; k < n; k++) acc[k] = _mm256_setzero_ps();
+    const uint8_t *next = r + 2 * n <= s->d ? w + (r + n) * (s->d / 2) : NULL;
+    for (long b = 0; b < blocks; b += 2) {
+        /* the nibbles n = w + 8 (0..15) are the unsigned side; the + 8 is taken back below via xsum */
+        if (next) fetch_ahead(next, b / 2);
+        __m256i x0 = load32(s->xq + b * 32), x1 = load32(s->xq + b * 32 + 32);
+        for (int k = 0; k < n; k++) {
+            __m256i packed = load32(w + (r + k) * (s->d / 2) + b * 16);
+            const float *sc = scale + (r + k) * blocks + b;
+            __m256 d0 = _mm256_cvtepi32_ps(dot_u8s8(_mm256_and_si256(packed, low), x0));
+            __m256 d1 = _mm256_cvtepi32_ps(dot_u8s8(_mm256_and_si256(_mm256_srli_epi16(packed, 4), low), x1));
+            acc[k] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc), d0, acc[k]);
+            acc[k] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + 1), d1, acc[k]);
+        }
+    }
+    for (int k = 0; k < n; k++) {
+        const float *sc = scale + (r + k) * blocks;
+        __m256 offset8 = _mm256_setzero_ps();
+        long b = 0;
+        for (; b + 8 <= blocks; b += 8)
+            offset8 = _mm256_fmadd_ps(_mm256_loadu_ps(sc + b), _mm256_loadu_ps(s->xsum + b), offset8);
+        float offset = sum_f32x8(offset8);
+        for (; b < blocks; b++) offset += sc[b] * s->xsum[b];
+        y[r + k] = h[r + k] + s->x_scale * (sum_f32x8(acc[k]) - 8.0f * offset);
+    }
+}
+
+static void rows_fp32(const step_t *s, const float *w, const float *h, float *y, long r0, long r1) {
+    long r = r0;
+    for (; r + ROWS <= r1; r += ROWS) fp32_rows(s, w, h, y, r, ROWS);
+    for (; r < r1; r++) fp32_rows(s, w, h, y, r, 1);
+}
+
+static void rows_int8(const step_t *s, const int8_t *w, const float *scale, const float *h, float *y,
+                      long r0, long r1) {
+    long r = r0;
+    for (; r + ROWS <= r1; r += ROWS) int8_rows(s, w, scale, h, y, r, ROWS);
+    for (; r < r1; r++) int8_rows(s, w, scale, h, y, r, 1);
+}
+
+static void rows_int4(const step_t *s, const uint8_t *w, const float *scale, const float *h, float *y,
+                      long r0, long r1) {
+    long r = r0;
+    for (; r + ROWS <= r1; r += ROWS) int4_rows(s, w, scale, h, y, r, ROWS);
+    for (; r < r1; r++) int4_rows(s, w, scale, h, y, r, 1);
+}
+
+#else /* portable C: the same arithmetic, one element at a time (compilers vectorize some of it) */
+
+static void rows_fp32(const step_t *s, const float *w, const float *h, float *y, long r0, long r1) {
+    for (long r = r0; r < r1; r++) {
+        const float *row = w + r * s->d;
+        float acc = 0;
+        for (long i = 0; i < s->d; i++) acc += row[i] * h[i];
+        y[r] = h[r] + acc;
+    }
+}
+
+static void rows_int8(const step_t *s, const int8_t *w, const float *scale, const float *h, float *y,
+                      long r0, long r1) {
+    for (long r = r0; r < r1; r++) {
+        const int8_t *row = w + r * s->d;
+        int32_t acc = 0;
+        for (long i = 0; i < s->d; i++) acc += (int32_t)row[i] * (int32_t)s->xq[i];
+        y[r] = h[r] + scale[r] * s->x_scale * (float)acc;
+    }
+}
+
+static void rows_int4(const step_t *s, const uint8_t *w, const float *scale, const float *h, float *y,
+                      long r0, long r1) {
+    const long blocks = s->d / 32;
+    for (long r = r0; r < r1; r++) {
+        const uint8_t *row = w + r * (s->d / 2);
+        float acc = 0;
+        for (long b = 0; b < blocks; b += 2) {
+            int32_t d0 = 0, d1 = 0;
+            for (int i = 0; i < 32; i++) {
+                uint8_t byte = row[b * 16 + i];
+                d0 += ((int32_t)(byte & 15) - 8) * (int32_t)s->xq[b * 32 + i];
+                d1 += ((int32_t)(byte >> 4) - 8) * (int32_t)s->xq[b * 32 + 32 + i];
+            }
+            acc += scale[r * blocks + b] * (float)d0 + scale[r * blocks + b + 1] * (float)d1;
+        }
+        y[r] = h[r] + s->x_scale * acc;
+    }
+}
+#endif
+
+/* ---- the step ------------------------------------------------------------------------------------------- */
+
+/* Symmetric int8 of the layer input (one scale), |xq|, and sums of xq per block of 32. */
+static void quantize_input(step_t *s, const float *h) {
+    float amax = 0;
+    for (long i = 0; i < s->d; i++) amax = fmaxf(amax, fabsf(h[i]));
+    s->x_scale = amax > 0 ? amax / 127.0f : 1.0f;
+    const float inv = 1.0f / s->x_scale;
+    for (long i = 0; i < s->d; i++) {
+        long v = lrintf(h[i] * inv);
+        s->xq[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+        s->xabs[i] = (uint8_t)(v < 0 ? -v : v);
+    }
+    for (long b = 0; b < s->d / 32; b++) {
+        int32_t sum = 0;
+        for (int i = 0; i < 32; i++) sum += s->xq[b * 32 + i];
+        s->xsum[b] = (float)sum;
+    }
+}
+
+static void *run_worker(void *arg) {
+    worker_t *me = arg;
+    step_t *s = me->step;
+    int go;
+    while ((go = atomic_load(&s->go)) == 0) sched_yield();
+    if (go < 0) return NULL;
+    const long r0 = s->d * me->index / s->threads, r1 = s->d * (me->index + 1) / s->threads;
+    const float *h = s->h0;
+    for (int layer = 0; layer < s->n_layers; layer++) {
+        float *y = (s->n_layers - layer) % 2 ? s->out : s->work; /* the last layer writes into out */
+        if (s->bits != 32) {
+            if (me->index == 0) quantize_input(s, h);
+            barrier_wait(&s->barrier);
+        }
+        if (s->bits == 32)
+            rows_fp32(s, s->weights[layer], h, y, r0, r1);
+        else if (s->bits == 8)
+            rows_int8(s, s->weights[layer], s->scales[layer], h, y, r0, r1);
+        else
+            rows_int4(s, s->weights[layer], s->scales[layer], h, y, r0, r1);
+        barrier_wait(&s->barrier); /* every row of y is written before anyone reads it as the next h */
+        h = y;
+    }
+    return NULL;
+}
+
+/* Run the step: h0 (d,) in, out (d,) the result, work (d,) scratch. bits: 32, 8 or 4; d a multiple of 64.
+ * Returns 0, or a negative code: -1 bad arguments, -2 out of memory, -3 a thread could not start. */
+int lowbit_decode_step(int bits, int n_layers, long d, const void *const *weights, const float *const *scales,
+                       const float *h0, float *out, float *work, int threads) {
+    if ((bits != 32 && bits != 8 && bits != 4) || n_layers < 1 || d < 64 || d % 64 || threads < 1)
+        return -1;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    step_t s = {.bits = bits, .n_layers = n_layers, .d = d, .weights = weights, .scales = scales, .h0 = h0,
+                .out = out, .work = work, .threads = threads};
+    s.barrier.n = threads;
+    atomic_init(&s.barrier.arrived, 0);
+    atomic_init(&s.barrier.phase, 0);
+    atomic_init(&s.go, 0);
+    s.xq = malloc((size_t)d);
+    s.xabs = malloc((size_t)d);
+    s.xsum = malloc((size_t)(d / 32) * sizeof(float));
+    int status = 0;
+    pthread_t tid[MAX_THREADS];
+    worker_t workers[MAX_THREADS];
+    if (!s.xq || !s.xabs || !s.xsum) {
+        status = -2;
+    } else {
+        int started = 1;
+        for (int t = 0; t < threads; t++) workers[t] = (worker_t){&s, t};
+        for (; started < threads; started++)
+            if (pthread_create(&tid[started], NULL, run_worker, &workers[started]) != 0) break;
+        if (started < threads) {
+            status = -3;
+            atomic_store(&s.go, -1);
+        } else {
+            atomic_store(&s.go, 1);
+            run_worker(&workers[0]);
+        }
+        for (int t = 1; t < started; t++) pthread_join(tid[t], NULL);
+    }
+    free(s.xq);
+    free(s.xabs);
+    free(s.xsum);
+    return status;
+}

@@ -1,0 +1,216 @@
+"""A hand-written decode-step kernel (lowbit_gemv.c) at fp32, int8 and int4, built with the system C compiler.
+
+The kernel runs h <- h + h @ B_i over a stack of square layers, the same step as hwopt.decode, with every
+weight read once per step: it is written for the memory-bound case of batch-1 decoding. Build it once per
+machine (well under a second); the shared library is cached by its source and compiler flags.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+SOURCE = Path(__file__).with_name("lowbit_gemv.c")
+FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-pthread")
+PORTABLE_FLAGS = ("-O3", "-shared", "-fPIC", "-pthread")  # when the compiler rejects -march=native
+BITS = {"fp32": 32, "int8": 8, "int4": 4}
+INT4_BLOCK = 32  # weights per int4 scale
+ERRORS = {-1: "bad arguments", -2: "out of memory", -3: "a thread could not start"}
+
+
+class KernelUnavailable(RuntimeError):
+    """The C kernel cannot be built here (no compiler, or the build failed): the message says why."""
+
+
+def cache_dir() -> Path:
+    """Where built kernels are kept: $HWOPT_CACHE, else $XDG_CACHE_HOME/hwopt, else ~/.cache/hwopt."""
+    if os.environ.get("HWOPT_CACHE"):
+        return Path(os.environ["HWOPT_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hwopt"
+
+
+def find_compiler(cc: str | None = None) -> str:
+    """Path of the C compiler ($CC, else cc, else gcc); KernelUnavailable when none is on PATH."""
+    names = [cc] if cc else [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            return path
+    raise KernelUnavailable(f"no C compiler found (tried {', '.join(names)}): install gcc or clang")
+
+
+def build(cc: str | None = None, flags: tuple[str, ...] = FLAGS, out_dir: Path | None = None) -> Path:
+    """Compile lowbit_gemv.c into a shared library (cached by source, compiler and flags); its path."""
+    compiler = find_compiler(cc)
+    key = hashlib.sha256(SOURCE.read_bytes() + "\0".join((compiler, *flags)).encode()).hexdigest()[:16]
+    out_dir = Path(out_dir) if out_dir is not None else cache_dir()
+    library = out_dir / f"lowbit_gemv-{key}.so"
+    if library.exists():
+        return library
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:  # build aside, then move: never a half-written .so
+        built = Path(tmp) / library.name
+        cmd = [compiler, *flags, str(SOURCE), "-o", str(built), "-lm"]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise KernelUnavailable(f"`{' '.join(cmd)}` failed:\n{done.stderr.strip()[-600:]}")
+        os.replace(built, library)
+    return library
+
+
+@functools.cache
+def load(cc: str | None = None) -> ctypes.CDLL:
+    """The built kernel, loaded (built first if needed; plain -O3 if -march=native is refused)."""
+    try:
+        path = build(cc)
+    except KernelUnavailable as native_error:
+        if "no C compiler" in str(native_error):
+            raise
+        path = build(cc, PORTABLE_FLAGS)
+    return open_library(path)
+
+
+def open_library(path: Path) -> ctypes.CDLL:
+    """Load a built kernel and declare its function's C signature."""
+    lib = ctypes.CDLL(str(path))
+    lib.lowbit_decode_step.restype = ctypes.c_int
+    lib.lowbit_decode_step.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_void_p,
+                                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                       ctypes.c_int]
+    return lib
+
+
+def unavailable_reason() -> str | None:
+    """None when the kernel builds and loads here, else the reason it does not."""
+    try:
+        load()
+    except (KernelUnavailable, OSError) as error:
+        return str(error)
+    return None
+
+
+# ---- weight layouts (w is (K, N) as in h @ w; the kernel reads rows of w.T) -----------------------------
+
+
+def _square(w, multiple: int = 64) -> np.ndarray:
+    w = np.asarray(w, dtype=np.float32)
+    if w.ndim != 2 or w.shape[0] != w.shape[1] or w.shape[0] % multiple or w.shape[0] == 0:
+        raise ValueError(f"w must be a square (d, d) matrix with d a positive multiple of {multiple}; "
+                         f"got shape {w.shape}")
+    return w
+
+
+def quantize_int8_rows(w) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 per output channel: q (N, K) int8 in -127..127 and scale (N,), w.T ~= q * scale."""
+    rows = np.ascontiguousarray(_square(w).T)
+    scale = np.abs(rows).max(axis=1) / 127
+    scale[scale == 0] = 1.0
+    q = np.clip(np.rint(rows / scale[:, None]), -127, 127).astype(np.int8)
+    return q, scale.astype(np.float32)
+
+
+def dequantize_int8_rows(q: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Inverse of quantize_int8_rows: fp32 (K, N)."""
+    return (q.astype(np.float32) * scale[:, None]).T
+
+
+def quantize_int4_rows(w) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int4 in blocks of 32 per output channel: packed (N, K/2) uint8, scale (N, K/32).
+
+    A group of 64 weights is 32 bytes: byte j holds weight j (low nibble) and j + 32 (high), each as w + 8.
+    """
+    rows = np.ascontiguousarray(_square(w).T)
+    n, k = rows.shape
+    blocks = rows.reshape(n, k // INT4_BLOCK, INT4_BLOCK)
+    scale = np.abs(blocks).max(axis=2) / 7
+    scale[scale == 0] = 1.0
+    nibbles = (np.clip(np.rint(blocks / scale[..., None]), -8, 7) + 8).astype(np.uint8)
+    nibbles = nibbles.reshape(n, k // 64, 64)
+    packed = nibbles[..., :32] | (nibbles[..., 32:] << 4)
+    return packed.reshape(n, k // 2), scale.astype(np.float32)
+
+
+def dequantize_int4_rows(packed: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Inverse of quantize_int4_rows: fp32 (K, N)."""
+    n, half = packed.shape
+    groups = packed.reshape(n, half // 32, 32)
+    nibbles = np.concatenate([groups & 15, groups >> 4], axis=2).reshape(n, -1, INT4_BLOCK)
+    return ((nibbles.astype(np.float32) - 8) * scale[..., None]).reshape(n, half * 2).T
+
+
+def quantize_input(h) -> tuple[np.ndarray, float]:
+    """The kernel's int8/int4 layer input: symmetric int8, one scale (h ~= xq * scale)."""
+    h = np.asarray(h, dtype=np.float32)
+    amax = float(np.abs(h).max())
+    scale = np.float32(amax / 127 if amax > 0 else 1.0)
+    return np.clip(np.rint(h / scale), -127, 127).astype(np.int8), float(scale)
+
+
+def emulate(stack, precision: str) -> np.ndarray:
+    """The kernel's arithmetic in numpy (float64 sums), to check the C code against: (d_model,)."""
+    prepared = _prepare(stack, precision)
+    h = stack.x.astype(np.float64)
+    for weights, scale in prepared:
+        if precision == "fp32":
+            h = h + weights.astype(np.float64) @ h
+            continue
+        xq, x_scale = quantize_input(h.astype(np.float32))
+        rows = (dequantize_int8_rows(weights, scale) if precision == "int8"
+                else dequantize_int4_rows(weights, scale)).T
+        h = h + rows.astype(np.float64) @ (xq.astype(np.float64) * x_scale)
+    return h.astype(np.float32)
+
+
+def _prepare(stack, precision: str) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    if precision not in BITS:
+        raise ValueError(f"precision must be one of {sorted(BITS)}; got {precision!r}")
+    layers = [_square(w) for w in stack.layers]
+    if any(w.shape != layers[0].shape for w in layers) or np.shape(stack.x) != (layers[0].shape[0],):
+        raise ValueError("stack.layers must all be (d, d) and stack.x (d,)")
+    if precision == "fp32":
+        return [(np.ascontiguousarray(w.T), None) for w in layers]
+    quantize = quantize_int8_rows if precision == "int8" else quantize_int4_rows
+    return [quantize(w) for w in layers]
+
+
+def step_fn(stack, precision: str, threads: int | None = None, lib: ctypes.CDLL | None = None
+            ) -> Callable[[], np.ndarray]:
+    """Zero-argument function running the decode step in C at `precision` -> (d_model,) fp32.
+
+    stack: anything with .layers (square (d, d) fp32 arrays, d a multiple of 64) and .x (d,), such as
+    hwopt.decode.make_stack(). threads: worker threads (default: torch's intra-op thread count).
+    lib: a library from open_library (default: load(), built for this machine).
+    """
+    if threads is None:
+        import torch
+
+        threads = torch.get_num_threads()
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive integer; got {threads!r}")
+    prepared = _prepare(stack, precision)
+    lib = load() if lib is None else lib
+    d = prepared[0][0].shape[0]
+    x = np.ascontiguousarray(stack.x, dtype=np.float32)
+    out, work = np.empty(d, np.float32), np.empty(d, np.float32)
+    weights = (ctypes.c_void_p * len(prepared))(*[w.ctypes.data for w, _ in prepared])
+    scales = (ctypes.c_void_p * len(prepared))(*[None if s is None else s.ctypes.data for _, s in prepared])
+    bits = BITS[precision]
+
+    def step():
+        status = lib.lowbit_decode_step(bits, len(prepared), d, weights, scales, x.ctypes.data,
+                                        out.ctypes.data, work.ctypes.data, threads)
+        if status != 0:
+            raise RuntimeError(f"lowbit_decode_step failed: {ERRORS.get(status, status)}")
+        return out.copy()
+
+    step.prepared = prepared  # keeps the arrays the pointers refer to alive
+    return step

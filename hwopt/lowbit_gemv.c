@@ -2,7 +2,7 @@
  *
  * A batch-1 decode step is a chain of GEMVs: every weight is read once and used once, so a good kernel is
  * limited by memory bandwidth, and fewer bytes per weight should make it proportionally faster. This kernel
- * is written for exactly that case (library int8 kernels are built for batches, where compute dominates):
+ * is written for exactly that case, short enough to read, with the same loop at every precision:
  *
  *   fp32  rows of W as floats.
  *   int8  rows of W as int8 with one fp32 scale per row (symmetric, -127..127).
@@ -11,7 +11,8 @@
  *
  * For int8 and int4 the layer input h is quantized once per layer to int8 (one scale for the vector), and
  * the dot products run on 8-bit integers: on x86 with AVX2, vpmaddubsw multiplies 32 byte pairs per
- * instruction. Without AVX2 a plain C loop does the same arithmetic.
+ * instruction. Each step reads 4 rows, so one load of h serves all four and four memory streams are in flight.
+ * Without AVX2 a plain C loop does the same arithmetic.
  *
  * Threads: `threads` workers each take a contiguous range of rows of every layer and meet at a barrier
  * between layers. They are created per call and have exited when the call returns, so no idle thread is

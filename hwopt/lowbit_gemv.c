@@ -6,12 +6,15 @@
  *
  *   fp32  rows of W as floats.
  *   int8  rows of W as int8 with one fp32 scale per row (symmetric, -127..127).
- *   int4  rows of W in blocks of 32 weights with one fp32 scale per block; a group of 64 weights is 32 bytes,
+ *   int4  rows of W in blocks of 32 weights with one fp32 scale per block; 64 weights of a row take 32 bytes,
  *         byte j holding weight j (low nibble) and weight j + 32 (high nibble), each stored as w + 8 (0..15).
+ *   For int8 and int4 the rows come in groups of 4, interleaved 32 bytes at a time (32 bytes of row 0, of
+ *   row 1, of row 2, of row 3, then the next 32 of row 0 ...), and so do the int4 block scales: a group is
+ *   read as one sequential stream.
  *
  * For int8 and int4 the layer input h is quantized once per layer to int8 (one scale for the vector), and
  * the dot products run on 8-bit integers: on x86 with AVX2, vpmaddubsw multiplies 32 byte pairs per
- * instruction. Each step reads 4 rows, so one load of h serves all four and four memory streams are in flight.
+ * instruction. Each step of a loop works on 4 rows, so one load of h serves all four.
  * Without AVX2 a plain C loop does the same arithmetic.
  *
  * Threads: `threads` workers each take a contiguous range of rows of every layer and meet at a barrier
@@ -90,18 +93,9 @@ static inline __m256i dot_u8s8(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
-/* Each kernel reads ROWS rows at once: several memory streams in flight, and every load of x serves all of
- * them. (A row of int8 weights is one 4 KiB page, and hardware prefetchers stop at page boundaries.) */
+/* Each kernel works on ROWS rows at once: every load of x serves all of them. */
 #define ROWS 4
 #define INLINE static inline __attribute__((always_inline))
-
-/* Fetch the next ROWS rows (they follow in memory) while computing these: 128 bytes per step of the loop
- * covers them exactly when a step reads 32 bytes of each of 4 rows. It pays for int4, whose 2 KiB rows are
- * too short for the hardware prefetcher to get going; int8 and fp32 rows were as fast without it. */
-INLINE void fetch_ahead(const void *next_rows, long step) {
-    _mm_prefetch((const char *)next_rows + step * 128, _MM_HINT_T0);
-    _mm_prefetch((const char *)next_rows + step * 128 + 64, _MM_HINT_T0);
-}
 
 INLINE void fp32_rows(const step_t *s, const float *w, const float *h, float *y, long r, int n) {
     __m256 acc[ROWS];
@@ -114,49 +108,66 @@ INLINE void fp32_rows(const step_t *s, const float *w, const float *h, float *y,
     for (int k = 0; k < n; k++) y[r + k] = h[r + k] + sum_f32x8(acc[k]);
 }
 
-INLINE void int8_rows(const step_t *s, const int8_t *w, const float *scale, const float *h, float *y, long r,
-                      int n) {
-    __m256i acc[ROWS];
-    for (int k = 0; k < n; k++) acc[k] = _mm256_setzero_si256();
-    for (long i = 0; i < s->d; i += 32) {
-        /* w * x = |x| * (w with the sign of x): the unsigned side is |x| <= 127, so no pair overflows */
-        __m256i x = load32(s->xq + i), xabs = load32(s->xabs + i);
-        for (int k = 0; k < n; k++)
-            acc[k] = _mm256_add_epi32(acc[k],
-                                      dot_u8s8(xabs, _mm256_sign_epi8(load32(w + (r + k) * s->d + i), x)));
-    }
-    for (int k = 0; k < n; k++) y[r + k] = h[r + k] + scale[r + k] * s->x_scale * (float)sum_i32x8(acc[k]);
+/* int8 and int4 weights come in groups of 4 rows, interleaved 32 bytes at a time (see the header): a group
+ * is one sequential stream of 128 bytes per step, fetched ahead of use. (A plain row of int8 weights is one
+ * 4 KiB page, and the hardware prefetcher starts over at every page.) */
+#define FETCH_AHEAD 1024 /* bytes */
+
+INLINE void fetch_ahead(const void *p) {
+    _mm_prefetch((const char *)p + FETCH_AHEAD, _MM_HINT_T0);
+    _mm_prefetch((const char *)p + FETCH_AHEAD + 64, _MM_HINT_T0);
 }
 
-INLINE void int4_rows(const step_t *s, const uint8_t *w, const float *scale, const float *h, float *y, long r,
-                      int n) {
+static void rows_int8(const step_t *s, const int8_t *w, const float *scale, const float *h, float *y,
+                      long r0, long r1) {
+    for (long r = r0; r < r1; r += ROWS) {
+        const int8_t *group = w + r * s->d;
+        __m256i acc[ROWS];
+        for (int k = 0; k < ROWS; k++) acc[k] = _mm256_setzero_si256();
+        for (long i = 0; i < s->d; i += 32) {
+            const int8_t *step = group + i * ROWS;
+            fetch_ahead(step);
+            /* w * x = |x| * (w with the sign of x): the unsigned side is |x| <= 127, so no pair overflows */
+            __m256i x = load32(s->xq + i), xabs = load32(s->xabs + i);
+            for (int k = 0; k < ROWS; k++)
+                acc[k] = _mm256_add_epi32(acc[k],
+                                          dot_u8s8(xabs, _mm256_sign_epi8(load32(step + 32 * k), x)));
+        }
+        for (int k = 0; k < ROWS; k++)
+            y[r + k] = h[r + k] + scale[r + k] * s->x_scale * (float)sum_i32x8(acc[k]);
+    }
+}
+
+static void rows_int4(const step_t *s, const uint8_t *w, const float *scale, const float *h, float *y,
+                      long r0, long r1) {
     const long blocks = s->d / 32;
     const __m256i low = _mm256_set1_epi8(15);
-    __m256 acc[ROWS];
-    for (int k = 0; k < n; k++) acc[k] = _mm256_setzero_ps();
-    const uint8_t *next = r + 2 * n <= s->d ? w + (r + n) * (s->d / 2) : NULL;
-    for (long b = 0; b < blocks; b += 2) {
-        /* the nibbles n = w + 8 (0..15) are the unsigned side; the + 8 is taken back below via xsum */
-        if (next) fetch_ahead(next, b / 2);
-        __m256i x0 = load32(s->xq + b * 32), x1 = load32(s->xq + b * 32 + 32);
-        for (int k = 0; k < n; k++) {
-            __m256i packed = load32(w + (r + k) * (s->d / 2) + b * 16);
-            const float *sc = scale + (r + k) * blocks + b;
-            __m256 d0 = _mm256_cvtepi32_ps(dot_u8s8(_mm256_and_si256(packed, low), x0));
-            __m256 d1 = _mm256_cvtepi32_ps(dot_u8s8(_mm256_and_si256(_mm256_srli_epi16(packed, 4), low), x1));
-            acc[k] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc), d0, acc[k]);
-            acc[k] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + 1), d1, acc[k]);
+    for (long r = r0; r < r1; r += ROWS) {
+        const uint8_t *group = w + r * (s->d / 2);
+        const float *sc = scale + r * blocks; /* sc[b * 4 + k]: block b of row r + k */
+        __m256 acc[ROWS];
+        __m128 offset = _mm_setzero_ps();
+        for (int k = 0; k < ROWS; k++) acc[k] = _mm256_setzero_ps();
+        for (long b = 0; b < blocks; b += 2) {
+            const uint8_t *step = group + b * 16 * ROWS;
+            fetch_ahead(step);
+            /* the nibbles n = w + 8 (0..15) are the unsigned side; the + 8 is taken back below via xsum */
+            __m256i x0 = load32(s->xq + b * 32), x1 = load32(s->xq + b * 32 + 32);
+            for (int k = 0; k < ROWS; k++) {
+                __m256i packed = load32(step + 32 * k);
+                __m256 d0 = _mm256_cvtepi32_ps(dot_u8s8(_mm256_and_si256(packed, low), x0));
+                __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
+                __m256 d1 = _mm256_cvtepi32_ps(dot_u8s8(high, x1));
+                acc[k] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + b * 4 + k), d0, acc[k]);
+                acc[k] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + b * 4 + 4 + k), d1, acc[k]);
+            }
+            offset = _mm_fmadd_ps(_mm_loadu_ps(sc + b * 4), _mm_set1_ps(s->xsum[b]), offset);
+            offset = _mm_fmadd_ps(_mm_loadu_ps(sc + b * 4 + 4), _mm_set1_ps(s->xsum[b + 1]), offset);
         }
-    }
-    for (int k = 0; k < n; k++) {
-        const float *sc = scale + (r + k) * blocks;
-        __m256 offset8 = _mm256_setzero_ps();
-        long b = 0;
-        for (; b + 8 <= blocks; b += 8)
-            offset8 = _mm256_fmadd_ps(_mm256_loadu_ps(sc + b), _mm256_loadu_ps(s->xsum + b), offset8);
-        float offset = sum_f32x8(offset8);
-        for (; b < blocks; b++) offset += sc[b] * s->xsum[b];
-        y[r + k] = h[r + k] + s->x_scale * (sum_f32x8(acc[k]) - 8.0f * offset);
+        float off[ROWS];
+        _mm_storeu_ps(off, offset);
+        for (int k = 0; k < ROWS; k++)
+            y[r + k] = h[r + k] + s->x_scale * (sum_f32x8(acc[k]) - 8.0f * off[k]);
     }
 }
 
@@ -164,20 +175,6 @@ static void rows_fp32(const step_t *s, const float *w, const float *h, float *y,
     long r = r0;
     for (; r + ROWS <= r1; r += ROWS) fp32_rows(s, w, h, y, r, ROWS);
     for (; r < r1; r++) fp32_rows(s, w, h, y, r, 1);
-}
-
-static void rows_int8(const step_t *s, const int8_t *w, const float *scale, const float *h, float *y,
-                      long r0, long r1) {
-    long r = r0;
-    for (; r + ROWS <= r1; r += ROWS) int8_rows(s, w, scale, h, y, r, ROWS);
-    for (; r < r1; r++) int8_rows(s, w, scale, h, y, r, 1);
-}
-
-static void rows_int4(const step_t *s, const uint8_t *w, const float *scale, const float *h, float *y,
-                      long r0, long r1) {
-    long r = r0;
-    for (; r + ROWS <= r1; r += ROWS) int4_rows(s, w, scale, h, y, r, ROWS);
-    for (; r < r1; r++) int4_rows(s, w, scale, h, y, r, 1);
 }
 
 #else /* portable C: the same arithmetic, one element at a time (compilers vectorize some of it) */
@@ -191,12 +188,16 @@ static void rows_fp32(const step_t *s, const float *w, const float *h, float *y,
     }
 }
 
+/* weight i of row r in the interleaved layout: group of 4 rows, then 32-byte piece, then row in the group */
+static long interleaved(long d_bytes, long r, long byte) {
+    return (r / 4) * 4 * d_bytes + (byte / 32) * 128 + (r % 4) * 32 + byte % 32;
+}
+
 static void rows_int8(const step_t *s, const int8_t *w, const float *scale, const float *h, float *y,
                       long r0, long r1) {
     for (long r = r0; r < r1; r++) {
-        const int8_t *row = w + r * s->d;
         int32_t acc = 0;
-        for (long i = 0; i < s->d; i++) acc += (int32_t)row[i] * (int32_t)s->xq[i];
+        for (long i = 0; i < s->d; i++) acc += (int32_t)w[interleaved(s->d, r, i)] * (int32_t)s->xq[i];
         y[r] = h[r] + scale[r] * s->x_scale * (float)acc;
     }
 }
@@ -205,23 +206,23 @@ static void rows_int4(const step_t *s, const uint8_t *w, const float *scale, con
                       long r0, long r1) {
     const long blocks = s->d / 32;
     for (long r = r0; r < r1; r++) {
-        const uint8_t *row = w + r * (s->d / 2);
         float acc = 0;
         for (long b = 0; b < blocks; b += 2) {
             int32_t d0 = 0, d1 = 0;
             for (int i = 0; i < 32; i++) {
-                uint8_t byte = row[b * 16 + i];
+                uint8_t byte = w[interleaved(s->d / 2, r, b * 16 + i)];
                 d0 += ((int32_t)(byte & 15) - 8) * (int32_t)s->xq[b * 32 + i];
                 d1 += ((int32_t)(byte >> 4) - 8) * (int32_t)s->xq[b * 32 + 32 + i];
             }
-            acc += scale[r * blocks + b] * (float)d0 + scale[r * blocks + b + 1] * (float)d1;
+            const float *sc = scale + (r / 4) * 4 * blocks + r % 4;
+            acc += sc[b * 4] * (float)d0 + sc[b * 4 + 4] * (float)d1;
         }
         y[r] = h[r] + s->x_scale * acc;
     }
 }
 #endif
 
-/* ---- the step ------------------------------------------------------------------------------------------- */
+/* ---- the step --------------------------------------------------------------------------------------- */
 
 /* Symmetric int8 of the layer input (one scale), |xq|, and sums of xq per block of 32. */
 static void quantize_input(step_t *s, const float *h) {
@@ -247,7 +248,9 @@ static void *run_worker(void *arg) {
     int go;
     while ((go = atomic_load(&s->go)) == 0) sched_yield();
     if (go < 0) return NULL;
-    const long r0 = s->d * me->index / s->threads, r1 = s->d * (me->index + 1) / s->threads;
+    const long groups = s->d / 4; /* int8/int4 rows come in groups of 4: split whole groups */
+    const long r0 = 4 * (groups * me->index / s->threads);
+    const long r1 = 4 * (groups * (me->index + 1) / s->threads);
     const float *h = s->h0;
     for (int layer = 0; layer < s->n_layers; layer++) {
         float *y = (s->n_layers - layer) % 2 ? s->out : s->work; /* the last layer writes into out */

@@ -109,24 +109,38 @@ def _square(w, multiple: int = 64) -> np.ndarray:
     return w
 
 
+def _interleave(rows: np.ndarray) -> np.ndarray:
+    """Rows (N, B) -> (N/4, B/32, 4, 32): groups of 4 rows, 32 bytes of each in turn (one stream a group)."""
+    n, width = rows.shape
+    return np.ascontiguousarray(rows.reshape(n // 4, 4, width // 32, 32).transpose(0, 2, 1, 3))
+
+
+def _deinterleave(grouped: np.ndarray) -> np.ndarray:
+    """Inverse of _interleave: (N/4, B/32, 4, 32) -> (N, B)."""
+    groups, pieces, four, piece = grouped.shape
+    return grouped.transpose(0, 2, 1, 3).reshape(groups * four, pieces * piece)
+
+
 def quantize_int8_rows(w) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int8 per output channel: q (N, K) int8 in -127..127 and scale (N,), w.T ~= q * scale."""
+    """Symmetric int8 per output channel: q (N/4, K/32, 4, 32) int8 in -127..127 (rows interleaved in groups
+    of 4) and scale (N,); w.T ~= rows of q * scale."""
     rows = np.ascontiguousarray(_square(w).T)
     scale = np.abs(rows).max(axis=1) / 127
     scale[scale == 0] = 1.0
     q = np.clip(np.rint(rows / scale[:, None]), -127, 127).astype(np.int8)
-    return q, scale.astype(np.float32)
+    return _interleave(q), scale.astype(np.float32)
 
 
 def dequantize_int8_rows(q: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """Inverse of quantize_int8_rows: fp32 (K, N)."""
-    return (q.astype(np.float32) * scale[:, None]).T
+    return (_deinterleave(q).astype(np.float32) * scale[:, None]).T
 
 
 def quantize_int4_rows(w) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int4 in blocks of 32 per output channel: packed (N, K/2) uint8, scale (N, K/32).
+    """Symmetric int4, blocks of 32 a channel: packed (N/4, K/64, 4, 32) uint8, scale (N/4, K/32, 4).
 
-    A group of 64 weights is 32 bytes: byte j holds weight j (low nibble) and j + 32 (high), each as w + 8.
+    A row's 64 weights take 32 bytes: byte j holds weight j (low nibble) and j + 32 (high), each as w + 8.
+    Rows are interleaved in groups of 4, and so are their block scales.
     """
     rows = np.ascontiguousarray(_square(w).T)
     n, k = rows.shape
@@ -135,16 +149,19 @@ def quantize_int4_rows(w) -> tuple[np.ndarray, np.ndarray]:
     scale[scale == 0] = 1.0
     nibbles = (np.clip(np.rint(blocks / scale[..., None]), -8, 7) + 8).astype(np.uint8)
     nibbles = nibbles.reshape(n, k // 64, 64)
-    packed = nibbles[..., :32] | (nibbles[..., 32:] << 4)
-    return packed.reshape(n, k // 2), scale.astype(np.float32)
+    packed = (nibbles[..., :32] | (nibbles[..., 32:] << 4)).reshape(n, k // 2)
+    grouped_scale = scale.astype(np.float32).reshape(n // 4, 4, -1).transpose(0, 2, 1)
+    return _interleave(packed), np.ascontiguousarray(grouped_scale)
 
 
 def dequantize_int4_rows(packed: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """Inverse of quantize_int4_rows: fp32 (K, N)."""
-    n, half = packed.shape
-    groups = packed.reshape(n, half // 32, 32)
+    rows = _deinterleave(packed)
+    n, half = rows.shape
+    groups = rows.reshape(n, half // 32, 32)
     nibbles = np.concatenate([groups & 15, groups >> 4], axis=2).reshape(n, -1, INT4_BLOCK)
-    return ((nibbles.astype(np.float32) - 8) * scale[..., None]).reshape(n, half * 2).T
+    row_scale = scale.transpose(0, 2, 1).reshape(n, -1)
+    return ((nibbles.astype(np.float32) - 8) * row_scale[..., None]).reshape(n, half * 2).T
 
 
 def quantize_input(h) -> tuple[np.ndarray, float]:
@@ -198,7 +215,7 @@ def step_fn(stack, precision: str, threads: int | None = None, lib: ctypes.CDLL 
         raise ValueError(f"threads must be a positive integer; got {threads!r}")
     prepared = _prepare(stack, precision)
     lib = load() if lib is None else lib
-    d = prepared[0][0].shape[0]
+    d = stack.layers[0].shape[0]
     x = np.ascontiguousarray(stack.x, dtype=np.float32)
     out, work = np.empty(d, np.float32), np.empty(d, np.float32)
     weights = (ctypes.c_void_p * len(prepared))(*[w.ctypes.data for w, _ in prepared])

@@ -18,21 +18,24 @@ def test_int8_rows_by_hand():
     w = np.zeros((64, 64), np.float32)
     w[:, 0] = np.linspace(-1, 1, 64)  # output channel 0: its largest |w| is 1 -> scale 1/127
     q, scale = lowbit_gemv.quantize_int8_rows(w)
-    assert q.shape == (64, 64) and q.dtype == np.int8 and q.flags.c_contiguous
-    assert scale[0] == pytest.approx(1 / 127) and q[0, 0] == -127 and q[0, 63] == 127
-    assert np.all(scale[1:] == 1.0) and not q[1:].any()  # all-zero channels: scale 1, no division by zero
+    # groups of 4 rows, 32 bytes of each in turn: [group, 32-byte piece, row in group, byte]
+    assert q.shape == (16, 2, 4, 32) and q.dtype == np.int8 and q.flags.c_contiguous
+    assert scale[0] == pytest.approx(1 / 127) and q[0, 0, 0, 0] == -127 and q[0, 1, 0, 31] == 127
+    assert np.all(scale[1:] == 1.0) and not q[:, :, 1:].any() and not q[1:].any()  # zero channels: scale 1
     assert np.abs(lowbit_gemv.dequantize_int8_rows(q, scale) - w).max() <= scale[0] / 2 + 1e-7
 
 
 def test_int4_layout_by_hand():
     w = np.zeros((64, 64), np.float32)
-    w[:32, 0] = 7.0   # output channel 0, block 0: every weight at the top level -> scale 1, nibble 15
-    w[32:, 0] = -2.0  # block 1: scale 2/7, -2 -> level -7 -> nibble 1
+    w[:32, 5] = 7.0   # output channel 5, block 0: every weight at the top level -> scale 1, nibble 15
+    w[32:, 5] = -2.0  # block 1: scale 2/7, -2 -> level -7 -> nibble 1
     packed, scale = lowbit_gemv.quantize_int4_rows(w)
-    assert packed.shape == (64, 32) and scale.shape == (64, 2)
-    assert scale[0, 0] == pytest.approx(1.0) and scale[0, 1] == pytest.approx(2 / 7)
-    assert np.all(packed[0] == 15 | (1 << 4))  # byte j: weight j low nibble, weight j + 32 high nibble
-    assert np.all(packed[1:] == 8 | (8 << 4))  # zero weights are stored as 8
+    assert packed.shape == (16, 1, 4, 32) and scale.shape == (16, 2, 4)  # channel 5 = group 1, row 1
+    assert scale[1, 0, 1] == pytest.approx(1.0) and scale[1, 1, 1] == pytest.approx(2 / 7)
+    assert np.all(packed[1, 0, 1] == 15 | (1 << 4))  # byte j: weight j low nibble, weight j + 32 high nibble
+    others = np.ones(packed.shape, bool)
+    others[1, 0, 1] = False
+    assert np.all(packed[others] == 8 | (8 << 4))  # zero weights are stored as 8
     np.testing.assert_allclose(lowbit_gemv.dequantize_int4_rows(packed, scale), w, atol=1e-6)
 
 
@@ -41,7 +44,7 @@ def test_round_trips_stay_within_half_a_step(stack):
     q, scale = lowbit_gemv.quantize_int8_rows(w)
     assert np.all(np.abs(lowbit_gemv.dequantize_int8_rows(q, scale) - w) <= scale[None, :] / 2 + 1e-7)
     packed, scale4 = lowbit_gemv.quantize_int4_rows(w)
-    step = np.repeat(scale4, 32, axis=1).T
+    step = np.repeat(scale4.transpose(0, 2, 1).reshape(w.shape[1], -1), 32, axis=1).T
     assert np.all(np.abs(lowbit_gemv.dequantize_int4_rows(packed, scale4) - w) <= step / 2 + 1e-6)
 
 
@@ -58,7 +61,7 @@ def test_emulation_stays_within_the_decode_tolerance(stack, precision):
 
 
 @needs_kernel
-@pytest.mark.parametrize("threads", [1, 2, 3])  # 3 threads split 320 rows unevenly: leftover rows run
+@pytest.mark.parametrize("threads", [1, 2, 3])  # 3 threads split 80 groups of 4 rows unevenly
 @pytest.mark.parametrize("precision", ["fp32", "int8", "int4"])
 def test_kernel_matches_its_numpy_model(stack, precision, threads):
     y = lowbit_gemv.step_fn(stack, precision, threads=threads)()

@@ -4,26 +4,23 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
+
+from hwopt.lowbit_gemv import KernelUnavailable
+from hwopt.lowbit_gemv import find_compiler as find_c_compiler
 
 HERE = Path(__file__).resolve().parent
 CFLAGS = ("-O3", "-march=native", "-fopenmp")
 KERNELS = {"stream": HERE / "stream.c", "fma_peak": HERE / "fma_peak.c"}
 
 
-class NativeUnavailable(RuntimeError):
-    """The C kernels cannot be built here (no compiler, or the build failed); the reason is the message."""
+NativeUnavailable = KernelUnavailable  # the C code cannot be built here (no compiler, or the build failed)
 
 
 def find_compiler(cc: str | None = None) -> str:
     """Path of the C compiler to use ($CC, else gcc); NativeUnavailable when none is on PATH."""
-    name = cc or os.environ.get("CC") or "gcc"
-    path = shutil.which(name)
-    if path is None:
-        raise NativeUnavailable(f"no C compiler found ({name!r} is not on PATH): C references skipped")
-    return path
+    return find_c_compiler(cc or os.environ.get("CC") or "gcc")
 
 
 def compile_kernel(name: str, build_dir: Path, cc: str | None = None) -> Path:

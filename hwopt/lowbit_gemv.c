@@ -93,19 +93,21 @@ static inline __m256i dot_u8s8(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
-/* Each kernel works on ROWS rows at once: every load of x serves all of them. */
+/* Each kernel works on ROWS rows at once (thread ranges are whole groups of 4): every load of x serves
+ * all of them. */
 #define ROWS 4
-#define INLINE static inline __attribute__((always_inline))
 
-INLINE void fp32_rows(const step_t *s, const float *w, const float *h, float *y, long r, int n) {
-    __m256 acc[ROWS];
-    for (int k = 0; k < n; k++) acc[k] = _mm256_setzero_ps();
-    for (long i = 0; i < s->d; i += 8) {
-        __m256 x = _mm256_loadu_ps(h + i);
-        for (int k = 0; k < n; k++)
-            acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(w + (r + k) * s->d + i), x, acc[k]);
+static void rows_fp32(const step_t *s, const float *w, const float *h, float *y, long r0, long r1) {
+    for (long r = r0; r < r1; r += ROWS) {
+        __m256 acc[ROWS];
+        for (int k = 0; k < ROWS; k++) acc[k] = _mm256_setzero_ps();
+        for (long i = 0; i < s->d; i += 8) {
+            __m256 x = _mm256_loadu_ps(h + i);
+            for (int k = 0; k < ROWS; k++)
+                acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(w + (r + k) * s->d + i), x, acc[k]);
+        }
+        for (int k = 0; k < ROWS; k++) y[r + k] = h[r + k] + sum_f32x8(acc[k]);
     }
-    for (int k = 0; k < n; k++) y[r + k] = h[r + k] + sum_f32x8(acc[k]);
 }
 
 /* int8 and int4 weights come in groups of 4 rows, interleaved 32 bytes at a time (see the header): a group
@@ -113,7 +115,7 @@ INLINE void fp32_rows(const step_t *s, const float *w, const float *h, float *y,
  * 4 KiB page, and the hardware prefetcher starts over at every page.) */
 #define FETCH_AHEAD 1024 /* bytes */
 
-INLINE void fetch_ahead(const void *p) {
+static inline void fetch_ahead(const void *p) {
     _mm_prefetch((const char *)p + FETCH_AHEAD, _MM_HINT_T0);
     _mm_prefetch((const char *)p + FETCH_AHEAD + 64, _MM_HINT_T0);
 }
@@ -169,12 +171,6 @@ static void rows_int4(const step_t *s, const uint8_t *w, const float *scale, con
         for (int k = 0; k < ROWS; k++)
             y[r + k] = h[r + k] + s->x_scale * (sum_f32x8(acc[k]) - 8.0f * off[k]);
     }
-}
-
-static void rows_fp32(const step_t *s, const float *w, const float *h, float *y, long r0, long r1) {
-    long r = r0;
-    for (; r + ROWS <= r1; r += ROWS) fp32_rows(s, w, h, y, r, ROWS);
-    for (; r < r1; r++) fp32_rows(s, w, h, y, r, 1);
 }
 
 #else /* portable C: the same arithmetic, one element at a time (compilers vectorize some of it) */

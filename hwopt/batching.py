@@ -1,7 +1,7 @@
 """Batching (lesson 3): latency and throughput vs batch size, the overhead + per-item model, a latency budget.
 
 A batch costs a fixed overhead (launch, reading the weights once) plus a per-item cost:
-    latency_ms(b) = overhead_ms + b * per_item_ms,   throughput_per_s(b) = b / (latency_ms(b) / 1000).
+    latency_ms(b) = overhead_ms + b * per_item_ms,   items/s at batch b = b / (latency_ms(b) / 1000).
 """
 
 from __future__ import annotations
@@ -31,11 +31,6 @@ def _positive_int(name: str, value) -> int:
     return int(value)
 
 
-def throughput_per_s(batch_size, latency_ms) -> float:
-    """Items per second when a batch of `batch_size` items takes `latency_ms` milliseconds."""
-    return _positive_int("batch_size", batch_size) / (_positive_number("latency_ms", latency_ms) / 1000.0)
-
-
 def batch_latency_ms(batch_size, overhead_ms, per_item_ms) -> float:
     """Latency model of one batch (ms): overhead_ms + batch_size * per_item_ms."""
     batch_size = _positive_int("batch_size", batch_size)
@@ -63,21 +58,16 @@ def _check_table(batch_sizes, latencies_ms) -> tuple[list[int], list[float]]:
     return sizes, lats
 
 
-def largest_batch_within_budget(batch_sizes, latencies_ms, budget_ms) -> tuple[int | None, float]:
-    """Largest batch size whose latency (ms) fits budget_ms (<=), and its items/s; (None, 0.0) if none fits.
+def _distinct(sizes: list[int]) -> list[int]:
+    if len(set(sizes)) != len(sizes):
+        raise ValueError(f"batch_sizes must not repeat a size (each is measured once); got {sizes}")
+    return sizes
 
-    The table may be unsorted or non-monotonic; a batch size listed twice counts with its worst latency.
-    """
+
+def _items_per_s(batch_sizes, latencies_ms) -> list[float]:
+    """Items/s of each row of a (batch size, latency in ms) table: batch_size / (latency_ms / 1000)."""
     sizes, lats = _check_table(batch_sizes, latencies_ms)
-    budget_ms = _positive_number("budget_ms", budget_ms)
-    worst: dict[int, float] = {}
-    for b, t in zip(sizes, lats, strict=True):
-        worst[b] = max(t, worst.get(b, t))
-    fitting = [b for b, t in worst.items() if t <= budget_ms]
-    if not fitting:
-        return None, 0.0
-    best = max(fitting)
-    return best, throughput_per_s(best, worst[best])
+    return [b / (t / 1000.0) for b, t in zip(sizes, lats, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -94,7 +84,7 @@ class LatencyFit:
         return self.overhead_ms + self.per_item_ms * np.asarray(batch_size, dtype=float)
 
     @property
-    def max_throughput_per_s(self) -> float:
+    def max_items_per_s(self) -> float:
         """Throughput the model approaches for huge batches: 1000 / per_item_ms items/s."""
         return 1000.0 / self.per_item_ms if self.per_item_ms > 0 else math.inf
 
@@ -144,16 +134,6 @@ def predicted_latency_ms(params: float, batch_size, peak_flops: float, bandwidth
     return 1e3 * roofline_time_s(2.0 * params * b, params * bytes_per_weight, peak_flops, bandwidth_gbs)
 
 
-def knee_batch_size(batch_sizes, latencies_ms, fraction: float = 0.9) -> int:
-    """Smallest batch size whose throughput reaches `fraction` of the best measured (where it flattens)."""
-    sizes, lats = _check_table(batch_sizes, latencies_ms)
-    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1:
-        raise ValueError(f"fraction must be in (0, 1]; got {fraction!r}")
-    rates = [throughput_per_s(b, t) for b, t in zip(sizes, lats, strict=True)]
-    target = fraction * max(rates)
-    return min(b for b, r in zip(sizes, rates, strict=True) if r >= target)
-
-
 # ---- measuring a real model ------------------------------------------------------------------------------
 
 
@@ -174,10 +154,15 @@ def make_mlp(width: int = 1024, depth: int = 3, seed: int = 0):
 
 @dataclass(frozen=True)
 class BatchSweep:
-    """Measured latency per batch (one bench.Measurement per batch size)."""
+    """Measured latency per batch: one bench.Measurement per batch size, each size measured once."""
 
     batch_sizes: tuple[int, ...]
     measurements: tuple[bench.Measurement, ...]
+
+    def __post_init__(self):
+        sizes, _ = _check_table(self.batch_sizes, [m.median_ms for m in self.measurements])
+        object.__setattr__(self, "batch_sizes", tuple(_distinct(sizes)))
+        object.__setattr__(self, "measurements", tuple(self.measurements))
 
     @property
     def latencies_ms(self) -> list[float]:
@@ -187,13 +172,28 @@ class BatchSweep:
     @property
     def throughputs_per_s(self) -> list[float]:
         """Items/s per batch size, from the median latency."""
-        return [throughput_per_s(b, t) for b, t in zip(self.batch_sizes, self.latencies_ms, strict=True)]
+        return _items_per_s(self.batch_sizes, self.latencies_ms)
 
     @property
-    def best_batch_size(self) -> int:
+    def best_batch(self) -> int:
         """Batch size with the highest measured throughput."""
         rates = self.throughputs_per_s
         return self.batch_sizes[rates.index(max(rates))]
+
+    def knee(self, fraction: float = 0.9) -> int:
+        """Smallest batch whose throughput reaches `fraction` of the best measured (where it flattens)."""
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1:
+            raise ValueError(f"fraction must be in (0, 1]; got {fraction!r}")
+        rates = self.throughputs_per_s
+        target = fraction * max(rates)
+        return min(b for b, r in zip(self.batch_sizes, rates, strict=True) if r >= target)
+
+    def largest_within(self, budget_ms) -> tuple[int | None, float]:
+        """Largest batch whose median latency (ms) is <= budget_ms, and its items/s; (None, 0.0) if none."""
+        budget_ms = _positive_number("budget_ms", budget_ms)
+        fitting = [(b, r) for b, t, r in zip(self.batch_sizes, self.latencies_ms, self.throughputs_per_s,
+                                              strict=True) if t <= budget_ms]
+        return max(fitting) if fitting else (None, 0.0)
 
 
 def _model_input(model, batch_size: int, device: str):
@@ -209,7 +209,7 @@ def measure_batch_sweep(model, batch_sizes=BATCH_SIZES, *, device="cpu", repeats
     import torch
     from tqdm.auto import tqdm
 
-    sizes = [_positive_int("batch_sizes[]", b) for b in batch_sizes]
+    sizes = _distinct([_positive_int("batch_sizes[]", b) for b in batch_sizes])
     if not sizes:
         raise ValueError("batch_sizes must not be empty")
     device = bench.resolve_device(device)
@@ -242,7 +242,9 @@ def compare_batch_sizes(model, batch_sizes=(1, 256), *, device="cpu", repeats: i
 
         fns[f"batch {b}"] = step
     res = bench.compare(fns, device=device, repeats=repeats)
-    return {b: throughput_per_s(b, res[f"batch {b}"].median_ms) for b in batch_sizes}
+    sizes = list(batch_sizes)
+    rates = _items_per_s(sizes, [res[f"batch {b}"].median_ms for b in sizes])
+    return dict(zip(sizes, rates, strict=True))
 
 
 def plot_batch_sweep(sweep: BatchSweep, fit: LatencyFit | None = None, budget_ms: float | None = None):
@@ -264,7 +266,7 @@ def plot_batch_sweep(sweep: BatchSweep, fit: LatencyFit | None = None, budget_ms
         ax_lat.plot(grid, fit.latency_ms(grid), "--", color=plots.color(1), label="overhead + per-item fit")
         ax_thr.plot(grid, grid / (fit.latency_ms(grid) / 1e3), "--", color=plots.color(1), label="fit")
     if budget_ms is not None:
-        best, rate = largest_batch_within_budget(sweep.batch_sizes, sweep.latencies_ms, budget_ms)
+        best, rate = sweep.largest_within(budget_ms)
         ax_lat.axhline(budget_ms, color=plots.color(2), linestyle=":", label=f"budget {budget_ms:g} ms")
         if best is not None:
             lat = dict(zip(sweep.batch_sizes, sweep.latencies_ms, strict=True))[best]
@@ -279,8 +281,9 @@ def sweep_table(sweep: BatchSweep, predicted_ms=None) -> str:
     """Text table per batch size: median latency (ms) and IQR, items/s, and predicted/measured if given."""
     head = f"{'batch':>6s} {'latency ms':>11s} {'IQR ms':>8s} {'items/s':>10s}"
     lines = [head + (f" {'predicted ms':>13s} {'pred/meas':>10s}" if predicted_ms is not None else "")]
-    for i, (b, m) in enumerate(zip(sweep.batch_sizes, sweep.measurements, strict=True)):
-        line = f"{b:6d} {m.median_ms:11.3f} {m.iqr_ms:8.3f} {throughput_per_s(b, m.median_ms):10,.0f}"
+    rows = zip(sweep.batch_sizes, sweep.measurements, sweep.throughputs_per_s, strict=True)
+    for i, (b, m, rate) in enumerate(rows):
+        line = f"{b:6d} {m.median_ms:11.3f} {m.iqr_ms:8.3f} {rate:10,.0f}"
         if predicted_ms is not None:
             line += f" {predicted_ms[i]:13.3f} {predicted_ms[i] / m.median_ms:10.2f}"
         lines.append(line)
@@ -289,7 +292,7 @@ def sweep_table(sweep: BatchSweep, predicted_ms=None) -> str:
 
 def budget_report(sweep: BatchSweep, budget_ms: float) -> str:
     """One line: the largest batch within budget_ms and its throughput (the lesson's slider callback)."""
-    best, rate = largest_batch_within_budget(sweep.batch_sizes, sweep.latencies_ms, budget_ms)
+    best, rate = sweep.largest_within(budget_ms)
     if best is None:
         smallest, lat = min(zip(sweep.batch_sizes, sweep.latencies_ms, strict=True))
         return f"budget {budget_ms:g} ms: nothing fits (batch {smallest} already takes {lat:.2f} ms)"

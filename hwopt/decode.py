@@ -30,19 +30,19 @@ def _positive(name: str, value, *, integer: bool = False) -> float:
     return value
 
 
-def model_size_gb(params: float, bytes_per_weight: float) -> float:
+def weights_gb(params: float, bytes_per_weight: float) -> float:
     """Weights in GB (1e9 bytes): params * bytes_per_weight (4 fp32, 2 fp16, 1 int8, 0.5 int4)."""
     return _positive("params", params) * _positive("bytes_per_weight", bytes_per_weight) / 1e9
 
 
 def tokens_per_s_estimate(params: float, bytes_per_weight: float, bandwidth_gbs: float) -> float:
     """Single-stream decode speed if each token reads all weights once: bandwidth / model bytes (tokens/s)."""
-    return _positive("bandwidth_gbs", bandwidth_gbs) / model_size_gb(params, bytes_per_weight)
+    return _positive("bandwidth_gbs", bandwidth_gbs) / weights_gb(params, bytes_per_weight)
 
 
 def size_and_speed_report(params: float, bytes_per_weight: float, bandwidth_gbs: float) -> str:
     """One line for the slider: model size and the tokens/s that bandwidth allows."""
-    size = model_size_gb(params, bytes_per_weight)
+    size = weights_gb(params, bytes_per_weight)
     rate = tokens_per_s_estimate(params, bytes_per_weight, bandwidth_gbs)
     return (f"{params / 1e9:g}B params x {bytes_per_weight:g} bytes = {size:,.2f} GB of weights; at "
             f"{bandwidth_gbs:,.0f} GB/s each token reads them once -> at most {rate:,.1f} tokens/s")

@@ -31,7 +31,7 @@ class ServingStats:
 
     latencies_ms: np.ndarray
     batch_sizes: np.ndarray
-    throughput_per_s: float
+    requests_per_s: float
     utilization: float  # fraction of the time the server was busy
     capacity_per_s: float  # most requests/s the server can answer (always full batches)
     arrival_rate_per_s: float
@@ -60,7 +60,7 @@ class ServingStats:
         warn = "  OVERLOADED: the queue grows without end" if self.overloaded else ""
         return (
             f"p50 {self.p50_ms:.1f} ms, p99 {self.p99_ms:.1f} ms, "
-            f"throughput {self.throughput_per_s:,.0f} req/s, "
+            f"throughput {self.requests_per_s:,.0f} req/s, "
             f"mean batch {self.mean_batch_size:.1f}, server busy {self.utilization:.0%}{warn}"
         )
 
@@ -101,7 +101,7 @@ def simulate_dynamic_batching(arrival_rate_per_s: float, max_batch_size: int, ma
     return ServingStats(
         latencies_ms=latencies,
         batch_sizes=np.asarray(sizes),
-        throughput_per_s=n / (span / 1000.0),
+        requests_per_s=n / (span / 1000.0),
         utilization=busy / span,
         capacity_per_s=max_batch_size / ((overhead_ms + max_batch_size * per_item_ms) / 1000.0),
         arrival_rate_per_s=float(arrival_rate_per_s),

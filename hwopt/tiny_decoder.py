@@ -107,8 +107,8 @@ def generate(model: TinyDecoder, prompt, new_tokens: int):
     return tokens
 
 
-def decode_tokens_per_s(model: TinyDecoder, prompt_len: int = 16, new_tokens: int = 32, device="cpu",
-                        repeats: int = 3) -> tuple[float, bench.Measurement]:
+def measure_decode(model: TinyDecoder, prompt_len: int = 16, new_tokens: int = 32, device="cpu",
+                   repeats: int = 3) -> tuple[float, bench.Measurement]:
     """Measured single-stream decode speed (tokens/s) over new_tokens steps after a prompt, and the timing."""
     device = bench.resolve_device(device)
     prompt = torch.randint(0, model.tok.num_embeddings, (1, prompt_len), device=device)

@@ -1,25 +1,34 @@
-"""hwopt.batching: the latency-budget search (every edge case), throughput model, fit, a tiny sweep."""
-
-import math
+"""hwopt.batching: a sweep's throughput, knee and latency budget (every edge case), the model, its fit."""
 
 import numpy as np
 import pytest
 
 from hwopt import batching as bt
+from hwopt import bench
 
 pytestmark = pytest.mark.filterwarnings("ignore::hwopt.bench.NoisyMeasurementWarning")
 
 
+def sweep_of(batch_sizes, latencies_ms):
+    """A BatchSweep whose median latencies are latencies_ms (one timed repeat per batch size)."""
+    return bt.BatchSweep(batch_sizes, tuple(bench.Measurement(f"batch {b}", (t / 1e3,))
+                                            for b, t in zip(batch_sizes, latencies_ms, strict=True)))
+
+
 def test_throughput_is_items_per_second():
-    assert bt.throughput_per_s(32, 16.0) == pytest.approx(2000.0)
-    assert bt.throughput_per_s(1, 1000) == pytest.approx(1.0)
+    assert sweep_of((32, 1), (16.0, 1000.0)).throughputs_per_s == pytest.approx([2000.0, 1.0])
 
 
-@pytest.mark.parametrize("args", [(0, 1.0), (-1, 1.0), (1.5, 1.0), (True, 1.0), (1, 0.0), (1, -2.0),
-                                  (1, math.inf), (1, math.nan), (1, "3")])
-def test_throughput_rejects_bad_input(args):
-    with pytest.raises(ValueError, match="batch_size|latency_ms"):
-        bt.throughput_per_s(*args)
+@pytest.mark.parametrize(("sizes", "lats", "word"), [
+    ((0,), (1.0,), "batch_sizes"), ((-1,), (1.0,), "batch_sizes"), ((1.5,), (1.0,), "batch_sizes"),
+    ((True,), (1.0,), "batch_sizes"), ("12", (1.0, 2.0), "batch_sizes"), ((1,), (0.0,), "latencies_ms"),
+    ((4, 8, 8), (5.0, 9.0, 20.0), "repeat"),
+])
+def test_sweep_rejects_bad_batch_sizes_and_zero_latency(sizes, lats, word):
+    with pytest.raises(ValueError, match=word):
+        sweep_of(sizes, lats)
+    with pytest.raises(ValueError, match="equal length"):
+        bt.BatchSweep((1, 2), (bench.Measurement("a", (0.001,)),))
 
 
 def test_batch_latency_model():
@@ -34,56 +43,41 @@ def test_batch_latency_model():
 
 
 def test_budget_picks_largest_fitting_batch():
-    best = bt.largest_batch_within_budget([1, 2, 4, 8], [1.0, 2.0, 4.0, 8.0], 5.0)
+    best = sweep_of((1, 2, 4, 8), (1.0, 2.0, 4.0, 8.0)).largest_within(5.0)
     assert best == (4, pytest.approx(1000.0))
 
 
 def test_budget_equal_latency_fits():
-    best, rate = bt.largest_batch_within_budget([1, 2, 4], [10.0, 20.0, 100.0], 100.0)
+    best, rate = sweep_of((1, 2, 4), (10.0, 20.0, 100.0)).largest_within(100.0)
     assert best == 4 and rate == pytest.approx(40.0)
 
 
 def test_budget_nothing_fits():
-    assert bt.largest_batch_within_budget([1, 2], [5.0, 9.0], 4.0) == (None, 0.0)
+    assert sweep_of((1, 2), (5.0, 9.0)).largest_within(4.0) == (None, 0.0)
 
 
-def test_budget_unsorted_table():
-    assert bt.largest_batch_within_budget([64, 1, 16, 4], [90.0, 3.0, 40.0, 12.0], 50.0)[0] == 16
+def test_budget_unsorted_sweep():
+    assert sweep_of((64, 1, 16, 4), (90.0, 3.0, 40.0, 12.0)).largest_within(50.0)[0] == 16
 
 
 def test_budget_non_monotonic_larger_batch_fits_while_smaller_does_not():
-    best, rate = bt.largest_batch_within_budget([8, 16, 32], [30.0, 60.0, 45.0], 50.0)
+    best, rate = sweep_of((8, 16, 32), (30.0, 60.0, 45.0)).largest_within(50.0)
     assert best == 32 and rate == pytest.approx(32 / 0.045)
 
 
-def test_budget_duplicate_batch_counts_with_worst_latency():
-    assert bt.largest_batch_within_budget([4, 8, 8], [5.0, 9.0, 20.0], 10.0)[0] == 4
-    best, rate = bt.largest_batch_within_budget([8, 8], [9.0, 7.0], 10.0)
-    assert best == 8 and rate == pytest.approx(8 / 0.009)
+def test_budget_accepts_numpy_batch_sizes_and_an_int_budget():
+    sweep = sweep_of(np.array([1, 2]), (1.0, 2.0))
+    assert sweep.batch_sizes == (1, 2) and sweep.largest_within(2) == (2, pytest.approx(1000.0))
 
 
-def test_budget_accepts_numpy_arrays_and_tuples():
-    assert bt.largest_batch_within_budget(np.array([1, 2]), (1.0, 2.0), 2) == (2, pytest.approx(1000.0))
+@pytest.mark.parametrize("budget", [0.0, -1.0, float("nan"), "5", True])
+def test_budget_rejects_bad_budget(budget):
+    with pytest.raises(ValueError, match="budget_ms"):
+        sweep_of((1, 2), (1.0, 2.0)).largest_within(budget)
 
 
-@pytest.mark.parametrize(("sizes", "lats", "budget", "word"), [
-    ([1, 2], [1.0], 5.0, "equal length"),
-    ([0, 2], [1.0, 2.0], 5.0, "batch_sizes"),
-    ([1.5, 2], [1.0, 2.0], 5.0, "batch_sizes"),
-    ([1, 2], [1.0, -2.0], 5.0, "latencies_ms"),
-    ([1, 2], [1.0, math.nan], 5.0, "latencies_ms"),
-    ([1, 2], [1.0, 2.0], 0.0, "budget_ms"),
-    ([1, 2], [1.0, 2.0], -1.0, "budget_ms"),
-    ("12", [1.0, 2.0], 5.0, "batch_sizes"),
-    ([1, 2], None, 5.0, "latencies_ms"),
-])
-def test_budget_rejects_bad_input(sizes, lats, budget, word):
-    with pytest.raises(ValueError, match=word):
-        bt.largest_batch_within_budget(sizes, lats, budget)
-
-
-def test_budget_empty_table_fits_nothing():
-    assert bt.largest_batch_within_budget([], [], 10.0) == (None, 0.0)
+def test_budget_empty_sweep_fits_nothing():
+    assert bt.BatchSweep((), ()).largest_within(10.0) == (None, 0.0)
 
 
 def test_fit_recovers_overhead_and_per_item_from_synthetic_data():
@@ -94,7 +88,7 @@ def test_fit_recovers_overhead_and_per_item_from_synthetic_data():
     assert fit.overhead_ms == pytest.approx(2.0, abs=0.05)
     assert fit.per_item_ms == pytest.approx(0.25, abs=0.005)
     assert fit.rms_error_ms < 0.03 and fit.max_relative_error < 0.02
-    assert fit.max_throughput_per_s == pytest.approx(4000, rel=0.02)
+    assert fit.max_items_per_s == pytest.approx(4000, rel=0.02)
     assert fit.half_throughput_batch == pytest.approx(8, rel=0.05)
     assert fit.latency_ms([0, 4]) == pytest.approx([fit.overhead_ms, fit.overhead_ms + 4 * fit.per_item_ms])
     assert "rms error" in str(fit)
@@ -111,10 +105,12 @@ def test_fit_exact_line_has_zero_error_and_needs_two_sizes():
 def test_knee_is_where_throughput_flattens():
     sizes = [1, 2, 4, 8, 16, 32, 64, 128]
     lats = [bt.batch_latency_ms(b, 8.0, 0.1) for b in sizes]  # ceiling 10,000/s, half at batch 80
-    assert bt.knee_batch_size(sizes, lats, 0.9) == 128
-    assert bt.knee_batch_size(sizes, lats, 0.5) == 64
+    sweep = sweep_of(sizes, lats)
+    assert sweep.knee(0.9) == 128
+    assert sweep.knee(0.5) == 64
+    assert sweep.best_batch == 128
     with pytest.raises(ValueError, match="fraction"):
-        bt.knee_batch_size(sizes, lats, 0.0)
+        sweep.knee(0.0)
 
 
 def test_make_mlp_shapes_and_bad_width():
@@ -132,7 +128,7 @@ def test_measure_sweep_at_tiny_sizes_and_report():
     sweep = bt.measure_batch_sweep(model, (1, 4, 16), repeats=2, warmup=1, progress=False)
     assert sweep.batch_sizes == (1, 4, 16) and len(sweep.latencies_ms) == 3
     assert all(t > 0 for t in sweep.latencies_ms)
-    assert sweep.best_batch_size in (1, 4, 16)
+    assert sweep.best_batch in (1, 4, 16)
     assert "largest batch" in bt.budget_report(sweep, 1e6)
     assert "nothing fits" in bt.budget_report(sweep, 1e-9)
     fit = bt.fit_latency_model(sweep.batch_sizes, sweep.latencies_ms)
@@ -140,6 +136,8 @@ def test_measure_sweep_at_tiny_sizes_and_report():
     assert len(fig.axes) == 2
     with pytest.raises(ValueError, match="batch_sizes"):
         bt.measure_batch_sweep(model, (0,), progress=False)
+    with pytest.raises(ValueError, match="repeat"):
+        bt.measure_batch_sweep(model, (4, 4), progress=False)
 
 
 def test_compare_batch_sizes_interleaved():
@@ -150,8 +148,6 @@ def test_compare_batch_sizes_interleaved():
 def test_sweep_runs_on_cuda_path_with_monkeypatched_device(monkeypatch):
     """The CUDA branch resolves the device and synchronises through bench; here a fake 'cuda' maps to CPU."""
     import torch
-
-    from hwopt import bench
 
     calls = []
     monkeypatch.setattr(bench, "resolve_device", lambda device="auto": "cuda")
@@ -183,8 +179,6 @@ def test_predicted_latency_memory_then_compute_bound():
 
 
 def test_sweep_table_with_prediction():
-    from hwopt import bench
-
     sweep = bt.BatchSweep((1, 4), (bench.Measurement("a", (0.001,)), bench.Measurement("b", (0.002,))))
     lines = bt.sweep_table(sweep, predicted_ms=[0.5, 2.0]).splitlines()
     assert "pred/meas" in lines[0] and lines[1].split()[-1] == "0.50" and "2,000" in lines[2]

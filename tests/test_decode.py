@@ -11,9 +11,9 @@ from hwopt import bench, decode
 pytestmark = pytest.mark.filterwarnings("ignore::hwopt.bench.NoisyMeasurementWarning")
 
 
-def test_model_size_and_tokens_per_s_by_hand():
+def test_weights_gb_and_tokens_per_s_by_hand():
     # 7B params at fp16 = 14 GB; at 100 GB/s each token reads 14 GB -> 7.14 tokens/s; int4 -> 4x that
-    assert decode.model_size_gb(7e9, 2) == pytest.approx(14.0)
+    assert decode.weights_gb(7e9, 2) == pytest.approx(14.0)
     assert decode.tokens_per_s_estimate(7e9, 2, 100) == pytest.approx(100 / 14)
     assert decode.tokens_per_s_estimate(7e9, 0.5, 100) == pytest.approx(4 * 100 / 14)
     assert "14.00 GB" in decode.size_and_speed_report(7e9, 2, 100)

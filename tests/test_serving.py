@@ -39,8 +39,8 @@ def test_batching_rescues_a_server_that_is_overloaded_one_at_a_time():
     batched = sv.simulate_dynamic_batching(800, 32, 2.0, 2.0, 0.1)
     assert single.overloaded and not batched.overloaded
     assert batched.p99_ms < single.p99_ms / 10
-    assert batched.throughput_per_s == pytest.approx(800, rel=0.1)
-    assert single.throughput_per_s == pytest.approx(single.capacity_per_s, rel=0.05)
+    assert batched.requests_per_s == pytest.approx(800, rel=0.1)
+    assert single.requests_per_s == pytest.approx(single.capacity_per_s, rel=0.05)
     assert batched.mean_batch_size > 1 and batched.batch_sizes.max() <= 32
 
 

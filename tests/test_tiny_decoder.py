@@ -45,7 +45,7 @@ def test_weight_bytes_exclude_the_embedding_tables(model):
 
 
 def test_tokens_per_s_measured_and_estimated(model):
-    rate, m = td.decode_tokens_per_s(model, prompt_len=4, new_tokens=4, repeats=1)
+    rate, m = td.measure_decode(model, prompt_len=4, new_tokens=4, repeats=1)
     assert rate > 0 and m.repeats == 1
     assert td.estimated_tokens_per_s(model, 10.0) == pytest.approx(10e9 / td.weight_bytes_per_token(model))
     with pytest.raises(ValueError, match="bandwidth_gbs"):
@@ -77,5 +77,5 @@ def test_tokens_per_s_cuda_path_synchronises_on_cpu(model, monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: syncs.append(1))
     real_randint = torch.randint
     monkeypatch.setattr(torch, "randint", lambda *a, device=None, **k: real_randint(*a, **k))
-    rate, m = td.decode_tokens_per_s(model, prompt_len=3, new_tokens=3, device="cuda", repeats=1)
+    rate, m = td.measure_decode(model, prompt_len=3, new_tokens=3, device="cuda", repeats=1)
     assert rate > 0 and m.device == "cuda" and syncs

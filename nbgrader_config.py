@@ -1,10 +1,15 @@
 """nbgrader configuration of the course: run every nbgrader command from the repository root.
 
-Folders: source/ (instructor notebooks: solutions + hidden tests), release/ (generated, committed),
-submitted/, autograded/, feedback/ and gradebook.db (working files, git-ignored). Grading runs each notebook
-in a memory-limited kernel (autograder/kernels/hwopt-grader) with a per-cell timeout, restores cells a
-student deleted or edited, and gives feedback without hidden tests. Environment overrides:
-HWOPT_GRADER_TIMEOUT_S (per cell, default 60), HWOPT_GRADER_MEMORY_GB (per kernel, default 4).
+Folders: source/ (instructor notebooks: solutions + the checks in hidden regions), release/ (generated,
+committed), submitted/, autograded/, feedback/ and gradebook.db (working files, git-ignored). Grading runs
+each notebook in a sandboxed, limited kernel (autograder/kernels/hwopt-grader, hwopt.grading.sandbox) with a
+per-cell timeout; the points of every grade cell are decided by the judge in the grading process, on cases
+drawn from the instructor secret and the student id (hwopt.grading.judge). Cells a student deleted or edited
+are restored, and feedback has no hidden tests. Environment: HWOPT_GRADER_SECRET or
+HWOPT_GRADER_SECRET_FILE (default ~/.config/hwopt/grader-secret: `python -m hwopt.grading secret` makes it),
+HWOPT_GRADER_TIMEOUT_S (per cell, default 60), HWOPT_GRADER_MEMORY_GB (per kernel, default 4),
+HWOPT_GRADER_CPU_S (CPU seconds per kernel process, default 600), HWOPT_GRADER_MAX_PROCESSES (default 256),
+HWOPT_GRADER_UNSANDBOXED=1 (grade without a sandbox where none can start; the report flags it).
 """
 
 import os
@@ -30,7 +35,7 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
-# Autograde: a robust, memory-limited kernel with a timeout per cell.
+# Autograde: a sandboxed, limited kernel with a timeout per cell; the judge scores every grade cell.
 c.Execute.kernel_name = "hwopt-grader"
 c.Execute.timeout = int(os.environ.get("HWOPT_GRADER_TIMEOUT_S", "60"))
 c.Execute.interrupt_on_timeout = True
@@ -39,35 +44,29 @@ c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",
-    "hwopt.grading.RestoreCellMetadata",  # metadata lost on the way (copied cells, Colab) or edited flags
+    "hwopt.grading.plugins.RestoreCellMetadata",  # metadata lost (copied cells, Colab) or edited flags
     "nbgrader.preprocessors.OverwriteCells",  # edited locked cells get their source back (checksums)
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 c.OverwriteCells.add_missing_cells = True  # deleted test cells come back
 c.Autograde.autograde_preprocessors = [
-    "hwopt.grading.RobustExecute",  # a cell that ignores the interrupt costs a kernel restart, not the grade
-    "nbgrader.preprocessors.IgnorePattern",
+    "hwopt.grading.plugins.JudgedExecute",  # sandboxed kernel; points from the judge; output capped
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
     "nbgrader.preprocessors.SaveAutoGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
-# Any stderr output zeroes a test cell: drop warnings (a correct answer that warns keeps its points).
-c.IgnorePattern.enabled = True
-c.IgnorePattern.pattern = r"(?i)warn"
-
-# Feedback: no hidden tests, and errors in test cells without tracebacks (they would quote hidden lines).
+# Feedback: no hidden regions (grade cells show the judge's verdict, which names no hidden value).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     "nbgrader.preprocessors.ClearHiddenTests",
-    "hwopt.grading.StripTestTracebacks",
 ]
 
 # zip_collect: an LMS zip in downloaded/<assignment>/archive/. File names like Canvas's
 # "<student>_<numbers>_<file>.ipynb" or "<student>_LATE_<numbers>_<file>.ipynb"; the file part may be
 # "Copy of batching (1).ipynb" (Colab downloads): LmsFileNameCollector maps it to the released notebook.
-c.ZipCollectApp.collector_plugin = "hwopt.grading.LmsFileNameCollector"
+c.ZipCollectApp.collector_plugin = "hwopt.grading.plugins.LmsFileNameCollector"
 c.FileNameCollectorPlugin.named_regexp = (
     r".*/(?P<student_id>[A-Za-z0-9.-]+)_(?:LATE_)?(?:\d+_)*(?P<file_id>[^/]+)$")

@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import samples  # noqa: E402
 
-from hwopt.grading import HIDDEN_BEGIN, HIDDEN_END  # noqa: E402
+from hwopt.grading import judge, sandbox  # noqa: E402
+from hwopt.grading.notebooks import HIDDEN_BEGIN, HIDDEN_END  # noqa: E402
 
 # nbgrader log lines worth a note in the report: (pattern, note)
 LOG_NOTES = (
@@ -41,7 +42,10 @@ LOG_NOTES = (
     (r"Restoring nbgrader metadata", "missing cell metadata restored"),
     (r"restarting the kernel", "a cell ignored the interrupt: kernel restarted"),
     (r"Timeout waiting for execute reply", "a cell timed out"),
+    (r"Output capped", "output beyond the byte cap dropped"),
+    (r"Kernel died|kernel died", "the kernel died"),
 )
+DEMO_SECRET = "grade-demo: not a secret"  # the demo's cases; a real class uses the instructor's secret
 
 
 @dataclass
@@ -258,9 +262,23 @@ def write_report(rows: list[Row], path: Path) -> Path:
     return path
 
 
+def ready_to_grade() -> str | None:
+    """Stop (SystemExit naming what is missing) without a secret or a sandbox; a note when unsandboxed."""
+    try:
+        judge.load_secret()
+    except judge.MissingSecret as err:
+        raise SystemExit(str(err)) from None
+    reason = sandbox.why_unavailable()
+    if reason and not sandbox.unsandboxed_allowed():
+        raise SystemExit(f"{reason}. To grade without a sandbox anyway (student code then runs with your "
+                         f"rights), set {sandbox.UNSANDBOXED_ENV}=1.")
+    return reason
+
+
 def grade_class(course: Path, assignments=samples.ASSIGNMENTS, timeout_s: int | None = None,
                 force: bool = True, log=print) -> list[Row]:
     """Grade every student folder in course/submitted for each assignment; write the report and grades.csv."""
+    unsandboxed = ready_to_grade()
     api = make_api(course, timeout_s)
     release(api, course, assignments)
     submitted = course / "submitted"
@@ -274,6 +292,8 @@ def grade_class(course: Path, assignments=samples.ASSIGNMENTS, timeout_s: int | 
                 row = grade_one(api, course, assignment, student, force=force)
             except Exception as err:  # a bug of ours or nbgrader's: report it, grade the others
                 row = Row(student, assignment, status="grader error", notes=[f"{type(err).__name__}: {err}"])
+            if unsandboxed and row.status != "not submitted":
+                row.notes.append(f"graded WITHOUT a sandbox ({unsandboxed})")
             rows.append(row)
             log(f"{student:>14} {assignment:<20} {row.score:5.1f}/{row.max_score:<5.1f} {row.status:<17} "
                 f"{'; '.join(row.notes)}")
@@ -296,6 +316,7 @@ def demo(course: Path, n_students: int | None = None, timeout_s: int | None = No
 
     Every student submits all four assignments unless targets_only (each sample only what it is about).
     """
+    os.environ.setdefault(judge.SECRET_ENV, DEMO_SECRET)
     if course.exists():
         shutil.rmtree(course)
     prepare_course(course)

@@ -1,0 +1,67 @@
+"""The grading kernel's launcher: resource limits, then ipykernel (`python -m hwopt.grading.kernel -f CONN`).
+
+It runs inside the sandbox (hwopt.grading.sandbox) and lowers its own limits before it becomes the kernel,
+so nothing the student's code does can raise them again (raising a hard limit needs a capability the
+sandbox does not have). Each limit comes from an environment variable the grader sets:
+HWOPT_GRADER_MEMORY_GB (address space, GiB), HWOPT_GRADER_CPU_S (CPU seconds per process) and
+HWOPT_GRADER_MAX_PROCESSES (processes and threads of the sandbox's user). An operating system that refuses a
+limit (macOS refuses RLIMIT_AS) gets a line on stderr and the other limits.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+DEFAULT_MEMORY_GB = 4.0
+DEFAULT_CPU_S = 600
+DEFAULT_MAX_PROCESSES = 256
+
+# limit name -> (environment variable, default, bytes per unit)
+LIMITS = {
+    "RLIMIT_AS": ("HWOPT_GRADER_MEMORY_GB", DEFAULT_MEMORY_GB, 2**30),
+    "RLIMIT_CPU": ("HWOPT_GRADER_CPU_S", DEFAULT_CPU_S, 1),
+    "RLIMIT_NPROC": ("HWOPT_GRADER_MAX_PROCESSES", DEFAULT_MAX_PROCESSES, 1),
+}
+
+
+def limit_value(name: str, environ=os.environ) -> int:
+    """One of LIMITS in the kernel's units (bytes, seconds, processes), read from the environment."""
+    variable, default, unit = LIMITS[name]
+    text = environ.get(variable, "")
+    try:
+        value = float(text) if text else float(default)
+    except ValueError:
+        raise ValueError(f"{variable} must be a positive number; got {text!r}") from None
+    if not value > 0:
+        raise ValueError(f"{variable} must be a positive number; got {text!r}")
+    return int(value * unit)
+
+
+def set_limits(environ=os.environ) -> list[str]:
+    """Lower this process's soft and hard limits to LIMITS; returns a note for each one the OS refused."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return ["no resource limits on this operating system"]
+    refused = []
+    for name in LIMITS:
+        value = limit_value(name, environ)
+        try:
+            resource.setrlimit(getattr(resource, name), (value, value))
+        except (ValueError, OSError, AttributeError) as err:
+            refused.append(f"{name} not set ({err})")
+    return refused
+
+
+def launch(argv: list[str]) -> None:
+    """Set the limits, then replace this process with an ipykernel (the limits survive exec)."""
+    for note in set_limits():
+        print(f"hwopt grading kernel: {note}", file=sys.stderr)
+    # parent_handle=1: no "connect with --existing" banner; the sandbox ends the kernel with its grader.
+    argv = ["-m", "ipykernel_launcher", "--IPKernelApp.parent_handle=1", *argv]
+    os.execv(sys.executable, [sys.executable, *argv])
+
+
+if __name__ == "__main__":
+    launch(sys.argv[1:])

@@ -1,0 +1,274 @@
+"""The nbgrader plug-ins of the course (nbgrader_config.py wires them in).
+
+- RestoreCellMetadata puts back nbgrader cell metadata lost on the way (copy-pasted cells, edited flags).
+- JudgedExecute runs the submission in a sandboxed kernel, leaving hidden regions out; after each grade cell
+  it asks the kernel for the student's outcomes on that cell's cases and lets the judge, in this process,
+  decide the points. A cell that ignores the interrupt (or a dead kernel) costs a restart, not the grade;
+  output beyond a byte cap per cell and per notebook is dropped with a note.
+- LmsFileNameCollector maps LMS file names ("Copy of quiz (1).ipynb") to the released notebook names.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import secrets
+from pathlib import Path
+
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbclient.util import ensure_async, run_sync
+from nbformat import NotebookNode
+from nbformat.v4 import new_code_cell, new_output
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.coursedir import CourseDirectory
+from nbgrader.plugins import FileNameCollectorPlugin
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from traitlets import Integer
+
+from hwopt.grading import collect, judge
+from hwopt.grading.notebooks import normalise_notebook_name, normalise_source, strip_hidden_tests
+from hwopt.grading.reference import Reference, grade_id
+from hwopt.grading.sandbox import SandboxedKernelManager
+
+COLLECT_SOURCE = Path(collect.__file__).read_text()
+_references: dict[tuple[str, float], Reference] = {}
+
+
+def load_reference(path: Path) -> Reference:
+    """The assignment notebook's reference, run once per process (again when the file changes)."""
+    key = (str(path), path.stat().st_mtime)
+    if key not in _references:
+        _references[key] = Reference.load(path)
+    return _references[key]
+
+
+def collect_code(call: str, cases: list[judge.Case], mark: str) -> str:
+    """The code the student's kernel runs to report its outcomes of call on the cases."""
+    variables = json.dumps([c.variables for c in cases])
+    return (f"__hwopt_judge = {{}}\nexec({COLLECT_SOURCE!r}, __hwopt_judge)\n"
+            f"__hwopt_judge['report']({call!r}, {variables!r}, globals(), {mark!r})\ndel __hwopt_judge")
+
+
+def judged_outputs(outputs: list, result: judge.Verdict) -> list:
+    """A grade cell's outputs after judging: its own output as plain text, the verdict, then the score.
+
+    Nothing the student's kernel sent can score: errors and stderr become text, results become displays,
+    and the last output is the judge's (a score nbgrader reads, or an error for 0).
+    """
+    shown = []
+    for out in outputs:
+        if out.output_type == "stream":
+            shown.append(new_output("stream", name="stdout", text=out.text))
+        elif out.output_type == "error":
+            text = f"Visible check: {out.ename}: {out.evalue}\n"
+            shown.append(new_output("stream", name="stdout", text=text))
+        elif out.output_type in ("display_data", "execute_result"):
+            shown.append(new_output("display_data", data=out.data, metadata=out.get("metadata", {})))
+    shown.append(new_output("stream", name="stdout", text=result.text()))
+    if result.points > 0:
+        score = {"text/plain": repr(result.points)}
+        shown.append(new_output("execute_result", data=score, execution_count=None))
+    else:
+        evalue = f"0 of {result.max_points:g} points"
+        shown.append(new_output("error", ename="Judged", evalue=evalue, traceback=[f"Judged: {evalue}"]))
+    return shown
+
+
+class RestoreCellMetadata(NbGraderPreprocessor):
+    """Re-attach nbgrader metadata to cells that lost it, and reset edited flags, from the gradebook."""
+
+    def preprocess(self, nb, resources):
+        info = resources["nbgrader"]
+        with Gradebook(info["db_url"]) as gb:
+            try:
+                notebook = gb.find_notebook(info["notebook"], info["assignment"])
+            except MissingEntry:
+                return nb, resources
+            points = {c.name: float(c.max_score) for c in notebook.grade_cells}
+            solutions = {c.name for c in notebook.solution_cells}
+            template = [(c.name, c.cell_type, bool(c.locked), c.source) for c in notebook.source_cells]
+        meta = {
+            name: {"grade": name in points, "solution": name in solutions, "locked": locked, "grade_id": name,
+                   "schema_version": 3, **({"points": points[name]} if name in points else {})}
+            for name, _, locked, _ in template
+        }
+        present = set()
+        for cell in nb.cells:  # known ids: reset the flags a student may have edited
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if grade_id in meta:
+                cell.metadata["nbgrader"] = {**cell.metadata["nbgrader"], **meta[grade_id]}
+                present.add(grade_id)
+        for cell in nb.cells:  # cells without metadata: match unchanged locked/stub cells by their source
+            if cell.metadata.get("nbgrader", {}).get("grade_id"):
+                continue
+            for name, cell_type, _, source in template:
+                if name not in present and cell_type == cell.cell_type and normalise_source(
+                        strip_hidden_tests(source)) == normalise_source(cell.source):
+                    self.log.warning("Restoring nbgrader metadata of cell %s (matched by its content)", name)
+                    cell.metadata["nbgrader"] = copy.deepcopy(meta[name])
+                    present.add(name)
+                    break
+        return nb, resources
+
+
+class JudgedExecute(Execute):
+    """Execute in a sandboxed kernel; every grade cell's points come from the judge, outside that kernel."""
+
+    max_restarts = Integer(3, help="Kernel restarts per notebook before the remaining cells are skipped").tag(
+        config=True)
+    max_cell_output_bytes = Integer(1_000_000, help="Output kept per cell (bytes)").tag(config=True)
+    max_notebook_output_bytes = Integer(5_000_000, help="Output kept per notebook (bytes)").tag(config=True)
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("kernel_manager_class", SandboxedKernelManager)
+        super().__init__(**kwargs)
+
+    def preprocess(self, nb, resources=None, km=None):
+        info = resources["nbgrader"]
+        self._who = {key: info[key] for key in ("assignment", "notebook", "student")}
+        self._secret = judge.load_secret()  # no secret, no grading: MissingSecret says how to make one
+        coursedir = CourseDirectory(config=self.config)
+        source = Path(coursedir.format_path(coursedir.source_directory, ".", info["assignment"]))
+        self._reference = load_reference(source / f"{info['notebook']}.ipynb")
+        self._done: list[tuple[int, NotebookNode]] = []
+        self._restarts, self._notebook_bytes = 0, 0
+        return super().preprocess(nb, resources, km)
+
+    # ---- running cells ----------------------------------------------------------------------------------
+
+    def _error(self, cell, ename: str, evalue: str) -> None:
+        cell.outputs.append(NotebookNode(output_type="error", ename=ename, evalue=evalue,
+                                         traceback=[f"{ename}: {evalue}"]))
+
+    def _run(self, cell, index: int, store_history: bool = True) -> bool:
+        """Execute one cell; a hang past the interrupt or a dead kernel restarts it (False then)."""
+        self._cell_bytes, self._capped = 0, False
+        try:
+            self.execute_cell(cell, index, store_history=store_history)
+            return True
+        except (CellTimeoutError, DeadKernelError) as err:
+            what = "died" if isinstance(err, DeadKernelError) else f"did not stop within {self.timeout} s"
+            self.log.error("Cell %d %s; restarting the kernel and re-running earlier cells", index, what)
+            self._error(cell, type(err).__name__, f"the cell {what}; the kernel was restarted")
+            self._recover()
+            return False
+
+    def preprocess_cell(self, cell, resources, index):
+        if self._restarts > self.max_restarts:
+            if cell.cell_type == "code":
+                cell.outputs = []
+                self._error(cell, "KernelLost", "not run: the kernel had to be restarted too often")
+                if grade_id(cell):
+                    cell.outputs = judged_outputs(cell.outputs, judge.verdict(
+                        float(cell.metadata.nbgrader["points"]), [], 0, "not run: the kernel was lost"))
+            return cell, resources
+        if cell.cell_type != "code":
+            return cell, resources
+        gid = grade_id(cell)
+        source = cell.source
+        cell.source = strip_hidden_tests(source)  # the hidden region is the judge's, never the kernel's
+        ok = self._run(cell, index)
+        cell.source = source
+        if gid:
+            cell.outputs = judged_outputs(cell.outputs, self._judge(cell, gid, index))
+        elif ok and not any(o.output_type == "error" for o in cell.outputs):
+            self._done.append((index, copy.deepcopy(cell)))  # replayed after a restart
+        return cell, resources
+
+    def _recover(self) -> None:
+        while self._restarts <= self.max_restarts:
+            self._restarts += 1
+            try:
+                run_sync(self._restart_kernel)()
+                for index, done in self._done:  # replay: rebuild the state later cells depend on
+                    replay = copy.deepcopy(done)
+                    replay.source = strip_hidden_tests(replay.source)
+                    self.execute_cell(replay, index, store_history=True)
+                return
+            except (CellTimeoutError, DeadKernelError):
+                self.log.error("Replay after a restart failed; trying again")
+
+    async def _restart_kernel(self) -> None:
+        self.kc.stop_channels()
+        await ensure_async(self.km.restart_kernel(now=True))
+        self.kc = self.km.client()
+        await ensure_async(self.kc.start_channels())
+        await ensure_async(self.kc.wait_for_ready(timeout=self.startup_timeout))
+
+    def output(self, outs, msg, display_id, cell_index):
+        """Keep outputs up to the byte caps; past them drop the rest, with one note per cell."""
+        size = len(json.dumps(msg.get("content", {}), default=str))
+        self._cell_bytes += size
+        self._notebook_bytes += size
+        if (self._cell_bytes <= self.max_cell_output_bytes
+                and self._notebook_bytes <= self.max_notebook_output_bytes):
+            return super().output(outs, msg, display_id, cell_index)
+        if not self._capped:
+            self._capped = True
+            self.log.warning("Output capped in cell %d (%d bytes per cell, %d per notebook)", cell_index,
+                             self.max_cell_output_bytes, self.max_notebook_output_bytes)
+            outs.append(new_output("stream", name="stdout", text=(
+                f"\n[grader: output beyond {self.max_cell_output_bytes:,} bytes per cell or "
+                f"{self.max_notebook_output_bytes:,} per notebook was dropped]\n")))
+        return None
+
+    # ---- judging ----------------------------------------------------------------------------------------
+
+    def _judge(self, cell, gid: str, index: int) -> judge.Verdict:
+        """The verdict on one grade cell: its checks' outcomes from the student's kernel, judged here."""
+        max_points = float(cell.metadata["nbgrader"]["points"])
+        checks = self._reference.checks.get(gid) or []
+        if not checks:
+            self.log.error("Grade cell %s has no checks in its hidden region: it earns nothing", gid)
+            return judge.verdict(max_points, [], 0, "this part has no checks (tell your instructor)")
+        drawn = [judge.draw(c, judge.case_rng(self._secret, grade_id=gid, index=i, **self._who))
+                 for i, c in enumerate(checks)]
+        n_cases = sum(map(len, drawn))
+        wrong = []
+        for check, cases in zip(checks, drawn, strict=True):
+            got = self._collect(check, cases, index)
+            if isinstance(got, str):
+                return judge.verdict(max_points, [], n_cases, got)
+            expected = self._reference.expected(check, cases)
+            for one, want, outcome in zip(cases, expected, got, strict=True):
+                why = judge.judge_case(check, one, want, outcome)
+                if why:
+                    wrong.append((one.about, why))
+        return judge.verdict(max_points, wrong, n_cases)
+
+    def _collect(self, check: judge.Check, cases: list[judge.Case], index: int) -> list | str:
+        """The student's outcomes of check.call on the cases, as their kernel reported them (or why not)."""
+        mark = f"hwopt-judge-{secrets.token_hex(8)}:"
+        probe = new_code_cell(collect_code(check.call, cases, mark))
+        cell = self.nb.cells[index]
+        try:
+            finished = self._run(probe, index, store_history=False)
+        finally:
+            self.nb.cells[index] = cell  # nbclient stores what it ran at the index: put the grade cell back
+        if not finished:
+            return "no result came back from your notebook (the kernel had to be restarted)"
+        text = "".join(o.text for o in probe.outputs if o.output_type == "stream" and o.name == "stdout")
+        if any(o.output_type == "error" and o.ename == "CellTimeoutError" for o in probe.outputs):
+            return f"no result came back from your notebook within {self.timeout} s"
+        return judge.parse_report(text, mark, len(cases))
+
+
+class LmsFileNameCollector(FileNameCollectorPlugin):
+    """zip_collect: named_regexp gives student_id and file_id; file_id is mapped to a released notebook."""
+
+    def collect(self, submitted_file: str):
+        info = super().collect(submitted_file)
+        if not info:
+            return info
+        release = os.path.join(self.parent.coursedir.format_path(
+            self.parent.coursedir.release_directory, ".", self.parent.coursedir.assignment_id))
+        released = [f for f in os.listdir(release) if f.endswith(".ipynb")] if os.path.isdir(release) else []
+        name = normalise_notebook_name(info["file_id"], released)
+        if name is None and len(released) == 1:
+            name = os.path.splitext(released[0])[0]  # one notebook per assignment: any .ipynb is it
+        if name is None:
+            self.log.warning("No released notebook matches %s", submitted_file)
+            return None
+        return {**info, "file_id": name}
+

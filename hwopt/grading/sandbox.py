@@ -1,0 +1,204 @@
+"""The grading sandbox: each grading kernel runs under bubblewrap (Linux), seeing its own folder only.
+
+Inside: no network (its own network namespace), its own PID namespace (it can neither see nor signal the
+grader or other kernels), the Python environment and the toolkit read-only, and a private writable copy of
+its submission folder, thrown away afterwards. source/, the gradebook, other submissions, the instructor
+secret and the home directory are not there. Run as root, the sandbox drops to the unprivileged user
+``nobody`` first, so that the process limit holds (Linux does not count root's processes).
+
+The kernel talks to the grader over Unix sockets (jupyter_client's ipc transport) in a directory of its own,
+shared with the grader and no other kernel. Where no sandbox can start (macOS, Windows, no bubblewrap, no
+user namespaces), starting a kernel fails with a message naming what is missing, unless the instructor
+allows unsandboxed grading explicitly (HWOPT_GRADER_UNSANDBOXED=1); the grading report then says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+UNSANDBOXED_ENV = "HWOPT_GRADER_UNSANDBOXED"
+NOBODY = 65534  # uid and gid of "nobody" on Linux
+# Variables the kernel inherits (everything else, the instructor secret included, stays outside).
+KEPT_ENV = ("LANG", "LC_ALL", "TZ", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+            "HWOPT_GRADER_MEMORY_GB", "HWOPT_GRADER_CPU_S", "HWOPT_GRADER_MAX_PROCESSES")
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "fonts", "localtime", "passwd", "group",
+             "nsswitch.conf", "mime.types", "ssl/openssl.cnf")
+INSTALL_HINT = "install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
+
+
+class SandboxUnavailable(RuntimeError):
+    """No sandbox can start here, and unsandboxed grading was not allowed."""
+
+
+def unsandboxed_allowed(environ=os.environ) -> bool:
+    """True when the instructor asked to grade without a sandbox (HWOPT_GRADER_UNSANDBOXED=1)."""
+    return environ.get(UNSANDBOXED_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def system_mounts() -> list[str]:
+    """bwrap arguments for the read-only system: /usr and its /bin, /lib... links, a few files of /etc."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for name in ETC_FILES:
+        if os.path.exists(f"/etc/{name}"):
+            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    return args
+
+
+def environment_paths() -> list[Path]:
+    """What the kernel must read: the interpreter, the environment's packages, the toolkit and its data/."""
+    import hwopt
+
+    package = Path(hwopt.__file__).resolve().parent
+    paths = {Path(p).resolve() for p in (sys.base_prefix, sys.prefix, sys.base_exec_prefix, sys.exec_prefix)}
+    paths |= {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib", "stdlib")}
+    paths |= {Path(sys.executable).resolve().parent, package}
+    if (package.parent / "data").is_dir():
+        paths.add(package.parent / "data")
+    # A path inside another one is covered by it; /usr is bound already.
+    return sorted(p for p in paths if p.exists() and not any(q != p and q in p.parents for q in paths)
+                  and Path("/usr") not in [p, *p.parents])
+
+
+def bwrap_argv(kernel_argv: list[str], *, run_dir: Path, work_dir: Path, cwd: Path,
+               environ: dict[str, str]) -> list[str]:
+    """The command that runs kernel_argv sandboxed; work_dir (a private copy) appears at cwd inside."""
+    as_root = os.geteuid() == 0  # root mounts, then drops to nobody; a user needs a user namespace
+    unshare = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+    argv = ["bwrap", *(unshare if as_root else ["--unshare-all"]), "--die-with-parent", "--new-session",
+            "--hostname", "grader", *system_mounts(), "--proc", "/proc", "--dev", "/dev",
+            "--perms", "1777", "--tmpfs", "/tmp"]
+    bound = environment_paths()
+    parents = {p for path in [*bound, cwd, run_dir] for p in path.parents} - {Path("/"), Path("/tmp")}
+    for parent in sorted(parents):
+        argv += ["--perms", "0755", "--dir", str(parent)]  # traversable by nobody, unlike /root
+    for path in bound:
+        argv += ["--ro-bind", str(path), str(path)]
+    argv += ["--bind", str(run_dir), str(run_dir), "--bind", str(work_dir), str(cwd), "--chdir", str(cwd),
+             "--clearenv"]
+    for name, value in sandbox_environment(environ).items():
+        argv += ["--setenv", name, value]
+    if as_root:
+        kernel_argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                       "--inh-caps=-all", "--bounding-set=-all", "--", *kernel_argv]
+    return [*argv, "--", *kernel_argv]
+
+
+def sandbox_environment(environ: dict[str, str]) -> dict[str, str]:
+    """The kernel's environment: a PATH to this interpreter, a scratch HOME, and the KEPT_ENV variables."""
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp",
+           "PYTHONNOUSERSITE": "1", "LANG": "C.UTF-8"}
+    env.update({k: environ[k] for k in KEPT_ENV if k in environ})
+    env.update({k: v for k, v in environ.items() if k in ("PYTHONWARNINGS", "MPLBACKEND")})
+    return env
+
+
+@functools.lru_cache(maxsize=1)
+def why_unavailable() -> str | None:
+    """Why no sandbox can start on this machine (a message naming what is missing), or None if one can."""
+    if sys.platform != "linux":
+        return f"the grading sandbox needs Linux (bubblewrap); this is {sys.platform}"
+    if shutil.which("bwrap") is None:
+        return f"the grading sandbox needs bubblewrap (bwrap), which is not installed: {INSTALL_HINT}"
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        return "grading as root needs setpriv (util-linux) to drop to the user nobody"
+    with tempfile.TemporaryDirectory() as scratch:
+        os.chmod(scratch, 0o777)
+        probe = bwrap_argv(["/bin/true"], run_dir=Path(scratch), work_dir=Path(scratch), cwd=Path(scratch),
+                           environ={})
+        try:
+            out = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return f"bubblewrap could not start a sandbox ({err})"
+    if out.returncode != 0:
+        return (f"bubblewrap could not start a sandbox ({out.stderr.strip()[:200]}); it needs unprivileged "
+                "user namespaces (a container may forbid them)")
+    return None
+
+
+def private_copy(folder: Path, run_dir: Path) -> Path:
+    """A copy of the submission folder inside run_dir: what the kernel may read and write."""
+    work = run_dir / "work"
+    shutil.copytree(folder, work, symlinks=True)
+    return work
+
+
+def hand_to_sandbox_user(run_dir: Path) -> None:
+    """Give run_dir (connection file, sockets, the private copy) to the sandbox's user when we are root."""
+    if os.geteuid() != 0:
+        return
+    for root, dirs, files in os.walk(run_dir):
+        for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+            os.lchown(name, NOBODY, NOBODY)
+
+
+# ---- the kernel manager nbclient uses for grading (JudgedExecute selects it) ---------------------------
+
+from jupyter_client.manager import AsyncKernelManager  # noqa: E402
+from traitlets import Bool, default  # noqa: E402
+
+
+class SandboxedKernelManager(AsyncKernelManager):
+    """A kernel manager whose kernels run in the sandbox, talking over Unix sockets in a private directory."""
+
+    allow_unsandboxed = Bool(help=f"Grade without a sandbox where none can start (also {UNSANDBOXED_ENV}=1); "
+                             "the grading report flags every notebook graded so.").tag(config=True)
+
+    @default("allow_unsandboxed")
+    def _allow_unsandboxed_default(self) -> bool:
+        return unsandboxed_allowed()
+
+    @default("transport")
+    def _transport_default(self) -> str:
+        return "ipc"
+
+    run_dir: Path | None = None
+    sandboxed: bool | None = None
+
+    async def _async_pre_start_kernel(self, **kw):
+        if self.run_dir is None:  # a restart keeps its directory (and the connection file's sockets)
+            self.run_dir = Path(tempfile.mkdtemp(prefix="hwopt-kernel-"))
+            self.connection_file = str(self.run_dir / "connection.json")
+            self.ip = str(self.run_dir / "kernel")
+        try:
+            return await super()._async_pre_start_kernel(**kw)
+        except BaseException:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            self.run_dir = None
+            raise
+
+    def format_kernel_cmd(self, extra_arguments=None) -> list[str]:
+        cmd = super().format_kernel_cmd(extra_arguments)
+        reason = why_unavailable()
+        if reason and not self.allow_unsandboxed:
+            raise SandboxUnavailable(f"{reason}. To grade without a sandbox anyway (student code then runs "
+                                     f"with your rights), set {UNSANDBOXED_ENV}=1.")
+        self.sandboxed = reason is None
+        if not self.sandboxed:
+            self.log.warning("Grading WITHOUT a sandbox: %s", reason)
+            return cmd
+        cwd = Path(self._launch_args.get("cwd") or os.getcwd()).resolve()
+        work = self.run_dir / "work"
+        if work.exists():  # a restart starts from the submission again
+            shutil.rmtree(work)
+        private_copy(cwd, self.run_dir)
+        hand_to_sandbox_user(self.run_dir)
+        env = {**os.environ, **(self._launch_args.get("env") or {}), **(self.kernel_spec.env or {})}
+        return bwrap_argv(cmd, run_dir=self.run_dir, work_dir=work, cwd=cwd, environ=env)
+
+    async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        await super()._async_cleanup_resources(restart=restart)
+        if not restart and self.run_dir is not None:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            self.run_dir = None

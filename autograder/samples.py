@@ -171,6 +171,216 @@ def v_stripped(a, release, good):
     return good
 
 
+# ---- attacks: what a student after the points without the work tries (each must gain nothing) ----------
+
+def _solution_cells(nb):
+    return [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
+
+
+def _names(source: str) -> list[str]:
+    """What a solution cell must define: its functions and answer variables."""
+    return re.findall(r"^def (\w+)", source, re.M) + re.findall(r"^(\w+_answer)\s*=", source, re.M)
+
+
+def _everywhere(nb, code: str):
+    """Put code at the top of every solution cell (keeping the cell's own text after it)."""
+    for c in _solution_cells(nb):
+        c.source = code + "\n" + c.source
+    return nb
+
+
+OWNED = '"PW" + "NED"'  # what the attacks write; spelled so that the notebooks themselves never contain it
+
+TRANSFORMER = """\
+# Every later cell does nothing, so every test "passes".
+_ip = get_ipython()
+_ip.input_transformers_post.append(lambda lines: ["pass\\n"])
+_ip.events.register("pre_run_cell", lambda *args: None)
+"""
+
+ANYTHING = """\
+import math, numpy
+
+
+class _Anything(float):
+    \"\"\"Equal to everything, and everything about it is itself.\"\"\"
+    __eq__ = __le__ = __ge__ = lambda self, other: True
+    __ne__ = __lt__ = __gt__ = lambda self, other: False
+    __hash__ = float.__hash__
+    __getitem__ = __getattr__ = __call__ = lambda self, *args, **kwargs: self
+    __len__ = lambda self: 2
+    def __iter__(self):
+        return iter((self, self))
+    def tolist(self):
+        return self
+
+
+math.isclose = numpy.isclose = numpy.allclose = lambda *args, **kwargs: True
+"""
+
+TOOLKIT = """\
+import importlib, pkgutil, hwopt
+
+
+def _from_toolkit(name):
+    \"\"\"The graded function, if the toolkit has one of that name (in any module).\"\"\"
+    for module in pkgutil.walk_packages(hwopt.__path__, "hwopt."):
+        try:
+            found = getattr(importlib.import_module(module.name), name, None)
+        except Exception:
+            continue
+        if found is not None:
+            return found
+    raise ImportError(name)
+"""
+
+READ_SOURCE = """\
+import json, os, pathlib
+import hwopt
+
+
+def _steal():
+    \"\"\"Run the solutions of any instructor or classmate notebook this kernel can read.\"\"\"
+    here = pathlib.Path.cwd()
+    roots = {*here.parents, here, pathlib.Path(hwopt.__file__).resolve().parents[1], pathlib.Path.home()}
+    for root in roots:
+        for pattern in ("source/*/*.ipynb", "submitted/*/*/*.ipynb", "autograded/*/*/*.ipynb"):
+            try:
+                notebooks = list(root.glob(pattern))
+            except OSError:
+                continue
+            for path in notebooks:
+                if path.parent == here:  # its own notebook
+                    continue
+                try:
+                    cells = json.loads(path.read_text())["cells"]
+                except Exception:
+                    continue
+                for cell in cells:
+                    if cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+                        try:
+                            exec("".join(cell["source"]), globals())
+                        except Exception:
+                            pass
+    for secret in (os.environ.get("HWOPT_GRADER_SECRET"), pathlib.Path("~/.config/hwopt/grader-secret")):
+        try:
+            print("secret:", pathlib.Path(secret).expanduser().read_text() if secret else None)
+        except Exception:
+            pass
+
+
+_steal()
+"""
+
+WRITE_FILES = f"""\
+import glob, os, pathlib, sqlite3
+import hwopt
+
+_owned = {OWNED}
+_here = pathlib.Path.cwd()
+_roots = {{*_here.parents, pathlib.Path(hwopt.__file__).resolve().parents[1]}}
+for _root in _roots:
+    for _db in _root.glob("gradebook.db"):  # full marks for me, zero for everyone else
+        try:
+            with sqlite3.connect(_db) as _con:
+                _con.execute("UPDATE grade SET manual_score = 999")
+        except Exception:
+            pass
+    for _pattern in ("*", "source/*/*", "submitted/*/*/*", "autograded/*/*/*", "release/*/*"):
+        for _target in glob.glob(str(_root / _pattern)):
+            try:
+                if os.path.isdir(_target):
+                    pathlib.Path(_target, "owned.txt").write_text(_owned)
+                elif _target.endswith(".ipynb"):
+                    with open(_target, "a") as _f:
+                        _f.write(_owned)
+            except OSError:
+                pass
+"""
+
+SIGNAL = """\
+import os, signal
+
+for _sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):  # the grading process, then everyone else
+    try:
+        os.kill(os.getppid(), _sig)
+    except OSError:
+        pass
+_mine = {int(tid) for tid in os.listdir("/proc/self/task")}  # this kernel's own threads
+for _pid in range(2, 2**15):
+    if _pid not in _mine:
+        try:
+            os.kill(_pid, signal.SIGKILL)
+        except OSError:
+            pass
+"""
+
+FLOOD = """\
+print("x" * 64_000_000)  # 64 MB into the stored notebook and the feedback
+"""
+
+FORK_BOMB = """\
+import os, time
+
+for _ in range(100_000):  # until the process limit says no; the children sleep for an hour
+    try:
+        if os.fork() == 0:
+            time.sleep(3600)
+            os._exit(0)
+    except OSError:
+        break
+"""
+
+
+def v_transformer(a, release, good):  # no solution: the first cell empties every later cell
+    _solution_cells(release)[0].source = TRANSFORMER
+    return release
+
+
+def v_equals_anything(a, release, good):  # no solution: every answer equals anything, comparisons patched
+    for c in _solution_cells(release):
+        names = _names(next(s.source for s in _solution_cells(good) if _grade_id(s) == _grade_id(c)))
+        c.source = ANYTHING + "".join(
+            f"{n} = _Anything()\n" if n.endswith("_answer") else f"\n\ndef {n}(*args, **kwargs):\n"
+            "    return _Anything()\n" for n in names)
+    return release
+
+
+def v_toolkit(a, release, good):  # no solution: the graded functions imported from the toolkit
+    for c in _solution_cells(release):
+        names = _names(next(s.source for s in _solution_cells(good) if _grade_id(s) == _grade_id(c)))
+        imports = [f"{n} = _from_toolkit({n!r})\n" for n in names if not n.endswith("_answer")]
+        c.source = TOOLKIT + "".join(imports)
+    return release
+
+
+def v_read_source(a, release, good):  # no solution: the instructor's and classmates' solutions, run
+    for c in _solution_cells(release):
+        c.source = READ_SOURCE
+    return release
+
+
+def v_write_files(a, release, good):  # correct, and writes the gradebook and every folder it can reach
+    _solution_cells(good)[0].source = WRITE_FILES + "\n" + _solution_cells(good)[0].source
+    return good
+
+
+def v_signal(a, release, good):  # correct, and signals the grading process (and every process it sees)
+    _solution_cells(good)[0].source = SIGNAL + "\n" + _solution_cells(good)[0].source
+    return good
+
+
+def v_flood(a, release, good):  # correct, and prints 64 MB
+    _solution_cells(good)[0].source = FLOOD + "\n" + _solution_cells(good)[0].source
+    return good
+
+
+def v_fork_bomb(a, release, good):  # correct, and forks until the process limit stops it
+    if a == "latency_budget":
+        _solution_cells(good)[0].source = FORK_BOMB + "\n" + _solution_cells(good)[0].source
+    return good
+
+
 def colab_download(nb):
     """A notebook as Colab's File > Download .ipynb writes it (nbformat 4.0: no cell ids; Colab metadata)."""
     data = json.loads(nbformat.writes(nb))
@@ -194,7 +404,12 @@ STUDENTS: dict[str, Variant] = {
     "infinite_loop": v_infinite_loop, "sigint_loop": v_sigint_loop, "edited_tests": v_edited_tests,
     "hardcoded": v_hardcoded, "stderr": v_stderr, "memory_hog": v_memory_hog, "invalid_json": v_invalid_json,
     "missing": v_missing, "colab": v_colab, "stripped": v_stripped,
+    "transformer": v_transformer, "equals_anything": v_equals_anything, "toolkit": v_toolkit,
+    "read_source": v_read_source, "write_files": v_write_files, "signal": v_signal,
+    "signal_next": v_correct, "flood": v_flood, "fork_bomb": v_fork_bomb,
 }
+ATTACKS_WITHOUT_WORK = ("transformer", "equals_anything", "toolkit", "read_source")
+ATTACKS_WITH_WORK = ("write_files", "signal", "flood")  # signal_next: graded right after signal
 
 ALL = ASSIGNMENTS
 # The assignments each sample is about (the end-to-end test grades only these; a class demo grades all).
@@ -202,7 +417,9 @@ TARGETS = {"correct": ALL, "blank": ALL, "wrong": ("latency_budget", "quiz"), "r
            "infinite_loop": ("latency_budget",), "sigint_loop": ("latency_budget",),
            "edited_tests": ("latency_budget",), "hardcoded": ("latency_budget",), "stderr": ("batching",),
            "memory_hog": ("bandwidth_precision",), "invalid_json": ("quiz",), "missing": ("latency_budget",),
-           "colab": ("latency_budget",), "stripped": ("latency_budget",)}
+           "colab": ("latency_budget",), "stripped": ("latency_budget",),
+           **{name: ALL for name in (*ATTACKS_WITHOUT_WORK, *ATTACKS_WITH_WORK, "signal_next")},
+           "fork_bomb": ("latency_budget",)}
 FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "quiz": 10.0}
 # (student, assignment) -> (score, status) the grader must give.
 EXPECTED = {
@@ -221,6 +438,9 @@ EXPECTED = {
     ("missing", "latency_budget"): (0.0, "missing notebook"),
     ("colab", "latency_budget"): (12.0, "ok"),
     ("stripped", "latency_budget"): (12.0, "ok"),
+    **{(name, a): (0.0, "ok") for name in ATTACKS_WITHOUT_WORK for a in ALL},
+    **{(name, a): (FULL[a], "ok") for name in (*ATTACKS_WITH_WORK, "signal_next") for a in ALL},
+    ("fork_bomb", "latency_budget"): (12.0, "ok"),
 }
 
 

@@ -132,7 +132,7 @@ class JudgedExecute(Execute):
         source = Path(coursedir.format_path(coursedir.source_directory, ".", info["assignment"]))
         self._reference = load_reference(source / f"{info['notebook']}.ipynb")
         self._done: list[tuple[int, NotebookNode]] = []
-        self._restarts, self._notebook_bytes = 0, 0
+        self._restarts, self._notebook_bytes, self._probing = 0, 0, False
         return super().preprocess(nb, resources, km)
 
     # ---- running cells ----------------------------------------------------------------------------------
@@ -168,11 +168,15 @@ class JudgedExecute(Execute):
         gid = grade_id(cell)
         source = cell.source
         cell.source = strip_hidden_tests(source)  # the hidden region is the judge's, never the kernel's
-        ok = self._run(cell, index)
+        ok = self._run(cell, index) and not any(
+            o.output_type == "error" and o.ename == "CellTimeoutError" for o in cell.outputs)
         cell.source = source
         if gid:
-            cell.outputs = judged_outputs(cell.outputs, self._judge(cell, gid, index))
-        elif ok and not any(o.output_type == "error" for o in cell.outputs):
+            result = self._judge(cell, gid, index) if ok else judge.verdict(
+                float(cell.metadata["nbgrader"]["points"]), [], 0,
+                f"the cell did not finish within {self.timeout} s, so its cases were not run")
+            cell.outputs = judged_outputs(cell.outputs, result)
+        elif not any(o.output_type == "error" for o in cell.outputs):
             self._done.append((index, copy.deepcopy(cell)))  # replayed after a restart
         return cell, resources
 
@@ -200,9 +204,10 @@ class JudgedExecute(Execute):
         """Keep outputs up to the byte caps; past them drop the rest, with one note per cell."""
         size = len(json.dumps(msg.get("content", {}), default=str))
         self._cell_bytes += size
-        self._notebook_bytes += size
-        if (self._cell_bytes <= self.max_cell_output_bytes
-                and self._notebook_bytes <= self.max_notebook_output_bytes):
+        if not self._probing:  # a probe's output is read, never stored: only the cell cap applies
+            self._notebook_bytes += size
+        if self._cell_bytes <= self.max_cell_output_bytes and (
+                self._probing or self._notebook_bytes <= self.max_notebook_output_bytes):
             return super().output(outs, msg, display_id, cell_index)
         if not self._capped:
             self._capped = True
@@ -241,11 +246,12 @@ class JudgedExecute(Execute):
         """The student's outcomes of check.call on the cases, as their kernel reported them (or why not)."""
         mark = f"hwopt-judge-{secrets.token_hex(8)}:"
         probe = new_code_cell(collect_code(check.call, cases, mark))
-        cell = self.nb.cells[index]
+        cell, self._probing = self.nb.cells[index], True
         try:
             finished = self._run(probe, index, store_history=False)
         finally:
             self.nb.cells[index] = cell  # nbclient stores what it ran at the index: put the grade cell back
+            self._probing = False
         if not finished:
             return "no result came back from your notebook (the kernel had to be restarted)"
         text = "".join(o.text for o in probe.outputs if o.output_type == "stream" and o.name == "stdout")

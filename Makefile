@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: env lab test lint unit notebooks clean browser-deps colab-overlay lab-settings
+.PHONY: env lab test lint unit notebooks clean browser-deps grading-deps colab-overlay lab-settings
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,11 +30,17 @@ browser-deps:          ## install /usr/bin/chromium via apt when missing
 	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
 
+# Grading sandbox: Debian's bubblewrap, installed once when missing (every grading kernel runs inside it).
+grading-deps:          ## install /usr/bin/bwrap via apt when missing
+	@command -v bwrap >/dev/null || ! command -v apt-get >/dev/null || { \
+	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bubblewrap; }
+
 # Colab compatibility test: Colab's widget versions in a folder prepended to PYTHONPATH (pins in hwopt/colab.py).
 colab-overlay: env     ## Colab's ipywidgets 7.7.1 stack in .venv-colab-overlay/
 	$(PY) -m hwopt.colab overlay .venv-colab-overlay
 
-test: env lab-settings browser-deps colab-overlay  ## lint, then every test (unit, notebooks, grading, browser)
+test: env lab-settings browser-deps grading-deps colab-overlay  ## lint, then every test (unit, notebooks, grading, browser)
 	ruff check .
 	$(PY) -m pytest
 
@@ -63,5 +69,5 @@ bench-quick: env       ## the same report in smoke mode (< 3 minutes)
 release: env           ## regenerate release/ from source/ (commit the result)
 	nbgrader generate_assignment "*" --force
 
-grade-demo: env        ## grade the sample submissions end to end; report in artifacts/grading-demo/
+grade-demo: env grading-deps  ## grade the sample submissions end to end; report in artifacts/grading-demo/
 	$(PY) autograder/grade_class.py demo --timeout 10

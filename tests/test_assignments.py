@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "autograder"))
 import samples  # noqa: E402
 
-from hwopt.grading import HIDDEN_BEGIN, HIDDEN_END, strip_hidden_tests  # noqa: E402
+from hwopt.grading.notebooks import HIDDEN_BEGIN, hidden_region, strip_hidden_tests  # noqa: E402
 
 
 def nbg(cell) -> dict:
@@ -20,10 +20,6 @@ def nbg(cell) -> dict:
 
 def graded_cells(nb):
     return [c for c in nb.cells if nbg(c).get("grade") and c.cell_type == "code"]
-
-
-def hidden_region(source: str) -> str:
-    return source.split(HIDDEN_BEGIN, 1)[1].split(HIDDEN_END, 1)[0] if HIDDEN_BEGIN in source else ""
 
 
 @pytest.mark.parametrize("assignment", samples.ASSIGNMENTS)
@@ -35,23 +31,20 @@ def test_setup_cell_comes_first_and_is_locked(assignment):
 
 
 @pytest.mark.parametrize("assignment", samples.ASSIGNMENTS)
-def test_every_test_cell_has_points_and_hidden_tests(assignment):
+def test_every_test_cell_has_points_and_judged_checks(assignment):
     cells = graded_cells(samples.load("source", assignment))
     assert len(cells) >= 4, "questions are split into several graded cells (partial credit)"
     for cell in cells:
         assert nbg(cell)["locked"] and nbg(cell)["points"] > 0, nbg(cell)["grade_id"]
-        assert re.search(r"\bassert\b", hidden_region(cell.source)), nbg(cell)["grade_id"]
+        assert re.search(r"^check\(", hidden_region(cell.source), re.M), nbg(cell)["grade_id"]
     assert sum(nbg(c)["points"] for c in cells) == samples.FULL[assignment]
 
 
 @pytest.mark.parametrize("assignment", samples.ASSIGNMENTS)
-def test_hidden_test_messages_reveal_no_expected_values(assignment):
-    """A failing hidden assert shows only its message: the message must be generic ('hidden test: ...')."""
+def test_hidden_regions_only_declare_checks(assignment):
+    """The hidden region is run by the judge, never by the student's kernel: no asserts, no answers there."""
     for cell in graded_cells(samples.load("source", assignment)):
-        statements = re.split(r"\n(?=\S)", hidden_region(cell.source).strip())
-        for statement in statements:
-            if statement.startswith("assert"):
-                assert "hidden test" in statement or statement.rstrip().endswith("_MSG"), statement
+        assert not re.search(r"^\s*assert\b", hidden_region(cell.source), re.M), nbg(cell)["grade_id"]
 
 
 @pytest.mark.parametrize("assignment", samples.ASSIGNMENTS)

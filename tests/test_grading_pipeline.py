@@ -1,6 +1,8 @@
-"""The class-grading pipeline on the samples: fair scores, explicit failures, no leaks, safe reruns."""
+"""The class-grading pipeline on the samples: fair scores, explicit failures, no leaks, safe reruns, attacks
+that gain nothing and change nothing outside their own folder."""
 
 import csv
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -53,7 +55,7 @@ def test_feedback_never_shows_hidden_tests(graded):
         assert "HIDDEN TESTS" not in text
         assert not grade_class.feedback_leaks(text, grade_class.hidden_lines(page.parent.name)), page
     wrong = (course / "feedback" / "wrong" / "latency_budget" / "latency_budget.html").read_text()
-    assert "hidden test: wrong answer for an unsorted table" in wrong  # the generic message does show
+    assert "a batch size measured twice, once over the budget: wrong value" in wrong  # what a case tests
 
 
 def test_export_lists_failed_submissions_with_zero_and_the_report_says_why(graded):
@@ -80,3 +82,43 @@ def test_regrading_is_idempotent_and_keeps_manual_grades(graded):
     with Gradebook(api.coursedir.db_url, api.coursedir.course_id) as gb:
         grade = gb.find_grade("test_on_budget", "latency_budget", "latency_budget", "wrong")
         assert grade.manual_score == 1.0
+
+
+def owned_files(*folders: Path) -> list[Path]:
+    """Files that an attack sample planted or wrote into (it writes "PW" + "NED")."""
+    marker = b"PW" + b"NED"
+    return [p for folder in folders for p in folder.rglob("*")
+            if p.is_file() and (p.name == "owned.txt" or marker in p.read_bytes())]
+
+
+def test_attacks_change_nothing_outside_their_own_folder(graded):
+    course, rows = graded
+    assert owned_files(course, ROOT / "source", ROOT / "release", ROOT / "autograder") == []
+    with sqlite3.connect(course / "gradebook.db") as con:
+        assert con.execute("SELECT COUNT(*) FROM grade WHERE manual_score = 999").fetchone() == (0,)
+
+
+def test_a_flood_of_output_is_capped_in_the_notebook_and_said_in_the_feedback(graded):
+    course, rows = graded
+    for assignment in samples.ASSIGNMENTS:
+        notebook = course / "autograded" / "flood" / assignment / f"{assignment}.ipynb"
+        assert notebook.stat().st_size < 6_000_000
+        page = (course / "feedback" / "flood" / assignment / f"{assignment}.html").read_text()
+        assert "[grader: output beyond" in page
+        assert "output beyond the byte cap dropped" in "; ".join(rows[("flood", assignment)].notes)
+
+
+def test_feedback_shows_the_verdict_of_every_part_without_hidden_values(graded):
+    course, _ = graded
+    page = (course / "feedback" / "wrong" / "latency_budget" / "latency_budget.html").read_text()
+    assert "Graded outside your notebook" in page
+    assert "a latency exactly equal to the budget: wrong value" in page
+
+
+def test_a_fork_bomb_leaves_no_process_behind(graded):
+    import psutil
+
+    assert ("fork_bomb", "latency_budget") in graded[1]
+    grading_kernels = [p for p in psutil.process_iter(["cmdline"])
+                       if "--IPKernelApp.parent_handle=1" in (p.info["cmdline"] or [])]  # our kernels
+    assert grading_kernels == []

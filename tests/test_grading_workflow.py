@@ -1,11 +1,13 @@
 """The instructor's nbgrader commands, as the README gives them, work from the repository root.
 
 An LMS zip (Canvas-style names, one file downloaded from Colab and renamed by the browser) goes through
-db student import, zip_collect, autograde, generate_feedback and export.
+db student import, zip_collect, autograde, generate_feedback and export; a student who signals the grading
+process does not stop the batch; without the instructor secret, autograde grades nobody.
 """
 
 import csv
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -22,15 +24,18 @@ import samples  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-def nbgrader(course: Path, *args: str) -> str:
+def nbgrader(course: Path, *args: str, secret: str | None = "workflow test", check: bool = True) -> str:
     """Run one nbgrader command from the repository root against the course folder; return its output."""
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-           "HWOPT_GRADER_TIMEOUT_S": "10"}
+           "HWOPT_GRADER_TIMEOUT_S": "10", "HWOPT_GRADER_SECRET_FILE": str(course / "no-secret-file")}
+    env.pop("HWOPT_GRADER_SECRET", None)
+    if secret:
+        env["HWOPT_GRADER_SECRET"] = secret
     out = subprocess.run([bin_dir / "nbgrader", *args, f"--CourseDirectory.root={course}",
                           f"--CourseDirectory.db_url=sqlite:///{course / 'gradebook.db'}"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.returncode == 0 or not check, out.stdout + out.stderr
     return out.stdout + out.stderr
 
 
@@ -62,3 +67,28 @@ def test_lms_zip_with_a_colab_download_is_collected_graded_and_exported(tmp_path
     for student in ("ada", "grace"):
         page = (course / "feedback" / student / "latency_budget" / "latency_budget.html").read_text()
         assert not grade_class.feedback_leaks(page, grade_class.hidden_lines("latency_budget"))
+
+
+def test_a_student_who_signals_the_grader_does_not_stop_the_batch(tmp_path):
+    course = grade_class.prepare_course(tmp_path / "course")
+    nbgrader(course, "generate_assignment", "batching")
+    # nbgrader autograde takes students in order: the attacker first, then a classmate
+    samples.write_submissions(course / "submitted", {"a_signal": "signal", "b_next": "signal_next"},
+                              targets_only=True)
+    for student in ("a_signal", "b_next"):
+        for other in samples.ASSIGNMENTS[1:]:
+            shutil.rmtree(course / "submitted" / student / other, ignore_errors=True)
+    nbgrader(course, "autograde", "batching")
+    nbgrader(course, "export", f"--CsvExportPlugin.to={course / 'grades.csv'}")
+    with (course / "grades.csv").open() as f:
+        scores = {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)}
+    assert scores == {"a_signal": 8.0, "b_next": 8.0}
+
+
+def test_autograde_without_the_instructor_secret_grades_nobody(tmp_path):
+    course = grade_class.prepare_course(tmp_path / "course")
+    nbgrader(course, "generate_assignment", "batching")
+    samples.write_submissions(course / "submitted", {"ada": "correct"}, targets_only=False)
+    log = nbgrader(course, "autograde", "batching", secret=None, check=False)
+    assert "No grading secret" in log and "python -m hwopt.grading secret" in log
+    assert not (course / "autograded" / "ada" / "batching" / "batching.ipynb").exists()

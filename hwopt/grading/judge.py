@@ -3,6 +3,7 @@
 A grade cell of source/ holds its spec between the hidden-test markers; the grader runs that region here,
 never in the student's kernel:
 
+    from hwopt.grading.judge import case, check
     check("throughput_per_s(batch_size, latency_ms)", lambda rng: [
         case("the example above", batch_size=10, latency_ms=100.0),
         case("a sub-millisecond latency", batch_size=rng.randint(1, 9), latency_ms=rng.uniform(0.05, 0.95)),
@@ -24,9 +25,12 @@ import math
 import os
 import random
 import secrets
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from hwopt.grading import collect
 
 SECRET_ENV = "HWOPT_GRADER_SECRET"
 SECRET_FILE_ENV = "HWOPT_GRADER_SECRET_FILE"
@@ -101,15 +105,37 @@ class Check:
     normalise: Callable | None = None  # applied to expected and student values before comparing
 
 
+_declared: list[Check] | None = None  # while read_checks runs a hidden region, its checks go here
+
+
+def check(call: str, cases=None, **options) -> None:
+    """Declare a check (in a hidden region): the grader collects it; run in a notebook, it tries it there.
+
+    In the instructor's notebook (Jupyter, or `nbgrader validate source/...`), the check runs on that
+    notebook's own functions with fixed cases, and fails if the reference gives no plain value where one is
+    expected, or no error where a case says which argument the error must name.
+    """
+    declared = Check(call, cases, **options)
+    if _declared is not None:
+        _declared.append(declared)
+        return
+    namespace = sys._getframe(1).f_globals
+    for one in draw(declared, random.Random(0)):
+        got = collect.outcome(call, one.variables, namespace)
+        if one.must_name:
+            assert "raised" in got, f"{call}: {one.about}: expected an error, got {got}"
+        else:
+            assert "value" in got, f"{call}: {one.about}: expected a plain value, got {got}"
+
+
 def read_checks(hidden_code: str, namespace: dict) -> list[Check]:
     """The checks a hidden region declares, run here in namespace (reference names; keeps helpers)."""
-    found: list[Check] = []
-
-    def check(call, cases=None, **options):
-        found.append(Check(call, cases, **options))
-
-    namespace.update(check=check, case=case, letter=letter)
-    exec(hidden_code, namespace)  # noqa: S102
+    global _declared
+    _declared = found = []
+    try:
+        exec(hidden_code, namespace)  # noqa: S102
+    finally:
+        _declared = None
     return found
 
 

@@ -1,0 +1,32 @@
+"""hwopt.grading.kernel: the grading kernel's resource limits, read from the environment."""
+
+import subprocess
+import sys
+
+import pytest
+
+from hwopt.grading import kernel
+
+
+def test_limits_come_from_the_environment_in_the_kernels_units():
+    env = {"HWOPT_GRADER_MEMORY_GB": "2", "HWOPT_GRADER_CPU_S": "30", "HWOPT_GRADER_MAX_PROCESSES": "64"}
+    assert kernel.limit_value("RLIMIT_AS", env) == 2 * 2**30
+    assert kernel.limit_value("RLIMIT_CPU", env) == 30
+    assert kernel.limit_value("RLIMIT_NPROC", env) == 64
+    assert kernel.limit_value("RLIMIT_AS", {}) == int(kernel.DEFAULT_MEMORY_GB * 2**30)
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "four", "nan"])
+def test_a_bad_limit_names_its_variable(bad):
+    with pytest.raises(ValueError, match="HWOPT_GRADER_MEMORY_GB"):
+        kernel.limit_value("RLIMIT_AS", {"HWOPT_GRADER_MEMORY_GB": bad})
+
+
+def test_set_limits_lowers_soft_and_hard_limits_of_the_process():
+    code = ("import resource; from hwopt.grading import kernel\n"
+            "print(kernel.set_limits({'HWOPT_GRADER_MEMORY_GB': '3', 'HWOPT_GRADER_CPU_S': '50',"
+            " 'HWOPT_GRADER_MAX_PROCESSES': '500'}))\n"
+            "for name in ('RLIMIT_AS', 'RLIMIT_CPU', 'RLIMIT_NPROC'):\n"
+            "    print(*resource.getrlimit(getattr(resource, name)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[:4] == ["[]", f"{3 * 2**30} {3 * 2**30}", "50 50", "500 500"], out

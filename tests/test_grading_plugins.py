@@ -1,0 +1,50 @@
+"""hwopt.grading.plugins: what a judged grade cell shows, and the score nbgrader reads from it."""
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_output
+from nbgrader.utils import determine_grade
+
+from hwopt.grading import judge, plugins
+
+
+def grade_cell(outputs):
+    meta = {"nbgrader": {"grade": True, "solution": False, "locked": True, "grade_id": "t", "points": 2}}
+    return new_code_cell("assert f(1) == 2", outputs=outputs, metadata=meta)
+
+
+STUDENT_OUTPUTS = [  # what a student's kernel may leave in a grade cell, a score among them
+    new_output("stream", name="stderr", text="Warning: noisy\n"),
+    new_output("execute_result", data={"text/plain": "2"}, execution_count=1),
+    new_output("error", ename="AssertionError", evalue="f(1) should be 2", traceback=["..."]),
+]
+
+
+@pytest.mark.parametrize("points", [0.0, 2.0])
+def test_the_judge_alone_decides_the_score_nbgrader_reads(points):
+    result = judge.verdict(2.0, [] if points else [("a case", "wrong value")], 3)
+    cell = grade_cell(plugins.judged_outputs(STUDENT_OUTPUTS, result))
+    assert determine_grade(cell) == (points, 2.0)
+    kinds = [o.output_type for o in cell.outputs]
+    assert kinds[:3] == ["stream", "display_data", "stream"], "the student's outputs become text"
+    assert "Visible check: AssertionError: f(1) should be 2" in cell.outputs[2].text
+    assert "Graded outside your notebook" in cell.outputs[3].text
+
+
+def test_collect_code_reports_the_outcomes_from_a_namespace():
+    import contextlib
+    import io
+
+    ns = {"f": lambda x: x + 1}
+    code = plugins.collect_code("f(x)", [judge.case("one", x=1), judge.case("two", x=41)], "m:")
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        exec(code, ns)
+    assert judge.parse_report(out.getvalue(), "m:", 2) == [{"value": 2}, {"value": 42}]
+    assert "__hwopt_judge" not in ns, "the probe leaves nothing in the student's namespace"
+
+
+def test_a_cell_that_loses_its_kernel_scores_zero():
+    result = judge.verdict(2.0, [], 0, "not run: the kernel was lost")
+    cell = grade_cell(plugins.judged_outputs([], result))
+    assert determine_grade(cell) == (0.0, 2.0)
+    nbformat.validate(nbformat.v4.new_notebook(cells=[cell]))

@@ -1,0 +1,152 @@
+"""hwopt.grading.sandbox: a grading kernel sees its own folder only, no network, and cannot signal anyone."""
+
+import asyncio
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+from jupyter_client.kernelspec import KernelSpecManager
+
+from hwopt.grading import sandbox
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+class Kernel:
+    """A grading kernel started the way autograde starts it, with a helper to run code and read stdout."""
+
+    def __init__(self, cwd: Path, **env):
+        ksm = KernelSpecManager(kernel_dirs=[str(ROOT / "autograder" / "kernels")])
+        self.km = sandbox.SandboxedKernelManager(kernel_name="hwopt-grader", kernel_spec_manager=ksm)
+        self.loop = asyncio.new_event_loop()
+        self.loop.run_until_complete(self.km.start_kernel(cwd=str(cwd), env={**os.environ, **env}))
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.loop.run_until_complete(self.kc.wait_for_ready(timeout=60))
+
+    def run(self, code: str) -> str:
+        out = []
+        hook = lambda msg: out.append(msg["content"].get("text", ""))  # noqa: E731
+        reply = self.loop.run_until_complete(self.kc.execute_interactive(code, timeout=60, output_hook=hook))
+        assert reply["content"]["status"] == "ok", reply["content"]
+        return "".join(out)
+
+    def close(self):
+        self.kc.stop_channels()
+        self.loop.run_until_complete(self.km.shutdown_kernel(now=True))
+        self.loop.close()
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """A course folder: instructor files, a gradebook, a classmate's submission, and one student's folder."""
+    course = tmp_path_factory.mktemp("course")
+    for name in ("source/a/a.ipynb", "gradebook.db", "submitted/grace/a/a.ipynb", "secret"):
+        (course / name).parent.mkdir(parents=True, exist_ok=True)
+        (course / name).write_text("instructor only")
+    mine = course / "autograded" / "ada" / "a"
+    mine.mkdir(parents=True)
+    (mine / "a.ipynb").write_text("{}")
+    return course
+
+
+@pytest.fixture(scope="module")
+def kernel(course):
+    k = Kernel(course / "autograded" / "ada" / "a", HWOPT_GRADER_SECRET="s3cret",
+               HWOPT_GRADER_SECRET_FILE=str(course / "secret"), HWOPT_GRADER_MAX_PROCESSES="64")
+    yield k
+    k.close()
+
+
+def test_this_machine_can_sandbox():
+    assert sandbox.why_unavailable() is None  # `make test` installs bubblewrap
+
+
+def test_the_kernel_sees_its_folder_and_none_of_the_course(kernel, course):
+    paths = [course / p for p in ("source/a/a.ipynb", "gradebook.db", "submitted/grace/a/a.ipynb", "secret")]
+    paths = [str(p) for p in (*paths, ROOT / "source", ROOT / "autograder", Path.home() / ".config")]
+    seen = json.loads(kernel.run(f"import json, os\nprint(json.dumps([os.path.exists(p) for p in {paths}]))"))
+    assert seen == [False] * len(paths)
+    assert kernel.run("import os\nprint(sorted(os.listdir('.')))").strip() == "['a.ipynb']"
+
+
+def test_what_the_kernel_writes_stays_in_its_private_copy(kernel, course):
+    kernel.run("open('planted.txt', 'w').write('x')\nprint(open('planted.txt').read())")
+    assert not (course / "autograded" / "ada" / "a" / "planted.txt").exists()
+
+
+def test_the_kernel_gets_no_secret_and_a_clean_environment(kernel):
+    env = json.loads(kernel.run("import json, os\nprint(json.dumps(dict(os.environ)))"))
+    assert not any("SECRET" in k for k in env), env
+    assert env["HWOPT_GRADER_MAX_PROCESSES"] == "64"
+
+
+def test_the_kernel_has_no_network(kernel):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    try:
+        port = server.getsockname()[1]
+        got = kernel.run(f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), 3)\n"
+                         "    print('connected')\nexcept OSError as err:\n    print(type(err).__name__)")
+        assert got.strip() != "connected"
+        got = kernel.run("import socket\ntry:\n    socket.getaddrinfo('pypi.org', 443)\n"
+                         "    print('resolved')\nexcept OSError as err:\n    print(type(err).__name__)")
+        assert got.strip() != "resolved"
+    finally:
+        server.close()
+
+
+def test_the_kernel_cannot_see_or_signal_the_grader(kernel):
+    me = os.getpid()
+    got = kernel.run(f"""import os, signal
+pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+print(pids)
+for pid, sig in (({me}, 0), (os.getppid(), signal.SIGKILL), (os.getppid(), signal.SIGTERM)):
+    try:
+        os.kill(pid, sig)
+        print('sent')
+    except OSError as err:
+        print(type(err).__name__)""")
+    lines = got.split("\n")
+    assert lines[0] == "[1, 2]", "its own PID namespace: the reaper and the kernel only"
+    assert lines[1] == "ProcessLookupError", "the grader is not even visible"
+    assert all(line in ("PermissionError", "sent") for line in lines[2:4])
+    assert kernel.run("print('still alive')").strip() == "still alive"  # and so is this test, the grader
+
+
+def test_the_kernels_limits_hold_and_cannot_be_raised(kernel):
+    got = kernel.run("""import os, resource
+print(resource.getrlimit(resource.RLIMIT_NPROC)[1], resource.getrlimit(resource.RLIMIT_AS)[1] // 2**30)
+try:
+    resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    print('raised')
+except (ValueError, OSError):
+    print('refused')
+children = 0
+try:
+    for _ in range(1000):
+        if os.fork() == 0:
+            import time; time.sleep(30); os._exit(0)
+        children += 1
+except OSError:
+    pass
+print(children)""").split()
+    assert got[:3] == ["64", "4", "refused"]
+    assert 0 < int(got[3]) < 64, "a fork bomb stops at the process limit"
+
+
+def test_no_sandbox_stops_grading_unless_allowed(monkeypatch, course):
+    monkeypatch.setattr(sandbox, "why_unavailable", lambda: "bubblewrap is not installed")
+    with pytest.raises(sandbox.SandboxUnavailable, match="HWOPT_GRADER_UNSANDBOXED=1"):
+        Kernel(course)
+    monkeypatch.setenv(sandbox.UNSANDBOXED_ENV, "1")
+    k = Kernel(course / "autograded" / "ada" / "a")
+    try:
+        assert k.km.sandboxed is False
+        assert k.run("import os\nprint(os.path.exists('../../../gradebook.db'))").strip() == "True"
+    finally:
+        k.close()

@@ -77,10 +77,11 @@ def gemv_chart(series: list[dict]):
 
 
 def grading_chart(series: list[dict]):
-    """Autograding seconds (total and per submission-notebook) vs class size; None if empty."""
+    """Autograding seconds (total and per submission-notebook) vs class size (sample mix); None if empty."""
     if not series:
         return None
-    ax = plots.axes("class size (students)", "autograde time (s)", title="Grading time vs class size")
+    ax = plots.axes("class size (students)", "autograde time (s)",
+                    title="Grading time vs class size (sample mix)")
     x = [s["class_size"] for s in series]
     ax.plot(x, [s["total_s"] for s in series], marker="o", color=plots.color(0), label="whole class")
     ax2 = ax.twinx()

@@ -1,7 +1,12 @@
-"""Course cost of grading: autograde seconds per submission-notebook for a class of sample students.
+"""Course cost of grading: seconds per submission-notebook, for an honest class and for the sample mix.
 
-Uses the grading kit's own class run (autograder/grade_class.py `demo`: sample submissions, nbgrader autograde
-and feedback, one student at a time) in a scratch course folder, and reads its per-submission seconds.
+Both use the grading kit (autograder/grade_class.py: nbgrader autograde and feedback, one student and
+assignment at a time, every kernel in the kit's sandbox, points from the judge) in scratch course folders:
+
+- the honest class: N students who all submit the correct solution of every assignment; its mean seconds
+  per notebook is the report's grading goal (what grading costs per submission, not per timeout);
+- the sample mix: the kit's `demo` with a class cycling through every sample student (broken ones, ones whose
+  cells hang until the cell timeout, the attack samples); its time-vs-class-size series is the grading plot.
 """
 
 from __future__ import annotations
@@ -10,15 +15,24 @@ import contextlib
 import csv
 import importlib.util
 import io
+import os
 import shutil
 import sys
 import tempfile
+import threading
+import time
 import traceback
 from pathlib import Path
 
+from benchmarks import report
+
 ROOT = Path(__file__).resolve().parents[1]
 GRADE_CLASS = ROOT / "autograder" / "grade_class.py"
-CELL_TIMEOUT_S = 10  # per cell: the sample students whose loops never end cost this (the kit's default: 60)
+CELL_TIMEOUT_S = 10  # per cell in the sample mix: the samples whose loops never end cost this (the kit's: 60)
+HONEST_STUDENTS = {True: 2, False: 5}  # quick, full: students in the honest class (4 notebooks each)
+SECRET_ENV = "HWOPT_GRADER_SECRET"  # the kit's judge.SECRET_ENV, for when the kit is not importable
+UNSANDBOXED_ENV = "HWOPT_GRADER_UNSANDBOXED"  # the kit's sandbox.UNSANDBOXED_ENV
+KIT_NEEDS = ("demo", "grade_class", "prepare_course", "make_api", "release", "samples", "DEMO_SECRET")
 
 
 def load_grade_class(path: Path | None = None):
@@ -35,10 +49,138 @@ def load_grade_class(path: Path | None = None):
         spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(path.parent))
-    for name in ("demo",):
-        if not hasattr(module, name):
-            raise ImportError(f"{shown} has no {name}()")
+    missing = [name for name in KIT_NEEDS if not hasattr(module, name)]
+    if missing:
+        raise ImportError(f"{shown} has no {', '.join(missing)}")
     return module
+
+
+@contextlib.contextmanager
+def environment(**values: str | None):
+    """Set each variable whose value is not None for the block, only where it is unset; restore afterwards."""
+    added = [k for k, v in values.items() if v is not None and k not in os.environ]
+    for k in added:
+        os.environ[k] = values[k]
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
+
+
+@contextlib.contextmanager
+def patched(owner, name: str, value):
+    """owner.name = value for the block (where owner has such an attribute), restored afterwards."""
+    if not hasattr(owner, name):
+        yield
+        return
+    saved = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, saved)
+
+
+def sandbox_state() -> tuple[str | None, bool]:
+    """(why the kit's sandbox cannot start here, None if it can; whether unsandboxed grading is allowed)."""
+    try:
+        from hwopt.grading import sandbox
+    except ImportError as exc:
+        return f"hwopt.grading.sandbox is not importable ({exc})", False
+    return sandbox.why_unavailable(), sandbox.unsandboxed_allowed()
+
+
+def parse_proc_stat(text: str) -> tuple[int, int, int, int]:
+    """(pid, ppid, utime + stime in clock ticks, start time in ticks) from a /proc/<pid>/stat line."""
+    head, _, rest = text.rpartition(")")  # the command name may hold spaces and brackets
+    fields = rest.split()
+    if not head or len(fields) < 20:
+        raise ValueError(f"not a /proc/<pid>/stat line: {text[:80]!r}")
+    return int(head.split(" (", 1)[0]), int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[19])
+
+
+def grow_tree(known: dict[tuple[int, int], int], procs: list[tuple[int, int, int, int]],
+              root: int) -> dict[tuple[int, int], int]:
+    """Add to known ({(pid, start): cpu ticks}) every process in procs descending from root or from known.
+
+    A process stays known after its parent dies and it is reparented (bubblewrap's inner init is).
+    """
+    parent = {(pid, start): ppid for pid, ppid, _, start in procs}
+    cpu = {(pid, start): ticks for pid, _, ticks, start in procs}
+    alive = {pid for pid, start in known if (pid, start) in parent}  # a reused pid is another process
+    changed = True
+    while changed:  # children before parents in the listing: repeat until nothing new joins
+        changed = False
+        for key in parent.keys() - known.keys():
+            if parent[key] == root or parent[key] in alive:
+                known[key] = cpu[key]
+                alive.add(key[0])
+                changed = True
+    for key in known.keys() & cpu.keys():
+        known[key] = max(known[key], cpu[key])
+    return known
+
+
+class TreeCPU:
+    """CPU seconds of this process and every process it starts, sandboxed kernels included.
+
+    getrusage(RUSAGE_CHILDREN) misses a sandboxed kernel: bubblewrap's outer process exits without reaping
+    its inner init, so the kernel's time never reaches the grader. So the descendants are sampled from
+    /proc every interval_s (a process's last interval before it exits is missed); the sampler thread's own
+    CPU is not counted. `now()` is the running total since the block began; `seconds` the final one.
+    """
+
+    def __init__(self, interval_s: float = 0.05):
+        self.interval_s, self.known = interval_s, {}
+        self._lock, self._stop, self._thread = threading.Lock(), threading.Event(), None
+        self._sampler_s, self._self0, self.seconds = 0.0, 0.0, None
+        self._tick, self._root = os.sysconf("SC_CLK_TCK"), os.getpid()
+
+    def _scan(self) -> None:
+        procs = []
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    with open(f"/proc/{entry.name}/stat") as f:
+                        procs.append(parse_proc_stat(f.read()))
+                except (OSError, ValueError):  # gone meanwhile
+                    pass
+        with self._lock:
+            grow_tree(self.known, procs, self._root)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._scan()
+        self._sampler_s = time.thread_time()
+
+    @staticmethod
+    def _self_s() -> float:
+        import resource
+
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    def now(self) -> float:
+        """CPU seconds so far: this process (less the sampler thread) and its descendants."""
+        self._scan()
+        thread = self._thread
+        sampler = (time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+                   if thread is not None and thread.is_alive() else self._sampler_s)
+        with self._lock:
+            children = sum(self.known.values()) / self._tick
+        return self._self_s() - self._self0 - sampler + children
+
+    def __enter__(self):
+        self._self0 = self._self_s()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.seconds = self.now()
 
 
 def cumulative_by_student(rows: list[dict]) -> list[dict]:
@@ -55,33 +197,105 @@ def cumulative_by_student(rows: list[dict]) -> list[dict]:
     return series
 
 
-def measure(*, quick: bool, class_size: int | None = None) -> tuple[dict, list[dict], list[str]]:
-    """Grading summary, the time-vs-class-size series, notes (summary says 'not available' and why if so)."""
-    n = class_size or (1 if quick else 20)
+def status_counts(rows: list[dict]) -> dict[str, int]:
+    """How many rows have each status."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    return counts
+
+
+def _failure(exc: BaseException, what: str) -> str:
+    last = traceback.format_exception_only(exc)[-1].strip() if isinstance(exc, Exception) else str(exc)
+    return f"{what} failed: {last[:200]}"
+
+
+def measure_honest(kit, *, quick: bool, n_students: int | None = None,
+                   sandbox_reason: str | None = None) -> dict:
+    """The grading goal's figures (report.grading_row) for a class that submits only correct solutions.
+
+    sandbox_reason: why the sandbox cannot start here; the class (the course's own solutions, nothing
+    hostile) is then graded without it and the row says so instead of claiming the sandboxed goal.
+    """
+    n = n_students or HONEST_STUDENTS[quick]
+    if n < 1:
+        raise ValueError(f"n_students must be a positive integer, got {n}")
+    course = Path(tempfile.mkdtemp(prefix="bench-grading-honest-")) / "course"
     try:
-        kit = load_grade_class()
-    except ImportError as exc:
-        return {"available": False, "reason": str(exc)}, [], []
-    course = Path(tempfile.mkdtemp(prefix="bench-grading-")) / "course"
+        with environment(**{SECRET_ENV: kit.DEMO_SECRET, UNSANDBOXED_ENV: "1" if sandbox_reason else None}), \
+                contextlib.redirect_stdout(io.StringIO()):
+            kit.prepare_course(course)
+            kit.release(kit.make_api(course), course, kit.samples.ASSIGNMENTS)
+            written = kit.samples.write_submissions(
+                course / "submitted", {f"student{i + 1:02d}": "correct" for i in range(n)}, root=kit.ROOT)
+            with TreeCPU() as cpu:
+                start = time.perf_counter()
+                rows = kit.grade_class(course, log=lambda *a, **k: None)
+                wall_s = time.perf_counter() - start
+    except (Exception, SystemExit) as exc:  # the kit's failure is reported, not fatal (SystemExit: not ready)
+        return report.grading_unavailable(_failure(exc, "the honest class run"))
+    finally:
+        shutil.rmtree(course.parent, ignore_errors=True)
+    if len(rows) != len(written):
+        return report.grading_unavailable(f"{len(written)} notebooks submitted, {len(rows)} graded")
+    short = [r for r in rows if r.status != "ok" or r.score != r.max_score or r.max_score <= 0]
+    return report.grading_row([r.seconds for r in rows], wall_s, cpu.seconds, students=n,
+                              sandbox_reason=sandbox_reason, not_full_marks=len(short))
+
+
+def measure_samples(kit, *, quick: bool, class_size: int | None = None) -> tuple[dict, list[dict], list[str]]:
+    """The sample mix: summary, time-vs-class-size series, notes (summary says 'not available' and why)."""
+    every = list(kit.samples.STUDENTS)
+    n = class_size or (1 if quick else len(every))  # full: every sample student once
+    course = Path(tempfile.mkdtemp(prefix="bench-grading-samples-")) / "course"
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with environment(**{SECRET_ENV: kit.DEMO_SECRET}), contextlib.redirect_stdout(io.StringIO()), \
+                TreeCPU() as cpu, patched(kit, "cpu_seconds", cpu.now):  # the kit's misses sandboxed kernels
             figures = kit.demo(course, n, CELL_TIMEOUT_S, log=lambda *a, **k: None)
         with (course / "grades_report.csv").open() as f:
             rows = list(csv.DictReader(f))
-    except Exception as exc:  # the kit's failure is reported, not fatal
-        last = traceback.format_exception_only(exc)[-1].strip()
-        return {"available": False, "reason": f"the class run failed: {last[:200]}"}, [], []
+    except (Exception, SystemExit) as exc:
+        return {"available": False, "reason": _failure(exc, "the class run")}, [], []
     finally:
         shutil.rmtree(course.parent, ignore_errors=True)
-    statuses: dict[str, int] = {}
-    for r in rows:
-        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    statuses = status_counts(rows)
     summary = {
         "available": True, "class_size": figures["students"], "notebooks": figures["notebooks_submitted"],
         "total_s": figures["seconds"], "s_per_notebook": figures["seconds_per_notebook"],
         "cpu_s_per_notebook": figures.get("cpu_seconds_per_notebook"), "statuses": statuses,
+        "cell_timeout_s": CELL_TIMEOUT_S, "samples_covered": len(set(kit.samples.class_of(n).values())),
+        "samples_total": len(every),
     }
-    notes = [f"autograder/grade_class.py demo with a class of {n} sample students (cycling through every "
-             f"sample, broken ones included), cell timeout {CELL_TIMEOUT_S} s; statuses: "
+    notes = [f"sample mix: autograder/grade_class.py demo, a class of {n} (student01, ...) cycling through "
+             f"the {len(every)} sample students, cell timeout {CELL_TIMEOUT_S} s; statuses: "
              + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))]
     return summary, cumulative_by_student(rows), notes
+
+
+def measure(*, quick: bool, class_size: int | None = None) -> tuple[dict, dict, list[dict], list[str]]:
+    """(honest-class goal row, sample-mix summary, the sample mix's time-vs-class-size series, notes).
+
+    class_size: students in the sample mix (the honest class has HONEST_STUDENTS[quick]).
+    """
+    try:
+        kit = load_grade_class()
+    except ImportError as exc:
+        return report.grading_unavailable(str(exc)), {"available": False, "reason": str(exc)}, [], []
+    reason, allowed = sandbox_state()
+    honest = measure_honest(kit, quick=quick, sandbox_reason=reason)
+    if reason and not allowed:
+        why = (f"the sample mix includes attack samples and is graded only in the sandbox, which cannot "
+               f"start here ({reason}); {UNSANDBOXED_ENV}=1 grades it anyway")
+        samples = {"available": False, "reason": why}
+        series, notes = [], []
+    else:
+        samples, series, notes = measure_samples(kit, quick=quick, class_size=class_size)
+        if reason:
+            notes.append(f"sample mix graded WITHOUT the sandbox ({UNSANDBOXED_ENV}=1): {reason}")
+    if honest["available"]:
+        notes.insert(0, "honest class: " + honest["note"])
+    if honest["available"] or samples.get("available"):
+        notes.append("CPU seconds: the grader and every process it starts, sampled from /proc every "
+                     "0.05 s (getrusage misses the sandboxed kernels: bubblewrap does not reap them); a "
+                     "lower bound: the kernel's own work for the sandbox's namespaces belongs to no process")
+    return honest, samples, series, notes

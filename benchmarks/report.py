@@ -12,8 +12,10 @@ import numpy as np
 
 from hwopt.bench import NOISE_THRESHOLD, Measurement, speedup
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: course_cost.grading_honest (the grading goal); course_cost.grading is the sample mix
 NOTEBOOK_GOAL_S = 90.0  # headless execution of one lesson or assignment notebook on a 2-core CPU
+GRADING_GOAL_S = 2.0  # mean grading seconds per submission-notebook of an honest class, on a 2-core CPU
+GRADING_GOAL = "grading seconds per submission-notebook, sandboxed, serial"
 
 MEETS, BELOW, NO_GOAL, UNAVAILABLE = "meets goal", "below goal", "no goal", "not available"
 VERDICTS = (MEETS, BELOW, NO_GOAL, UNAVAILABLE)
@@ -127,6 +129,59 @@ def notebook_row(path: str, seconds: float | None, status: str, error: str = "",
             "verdict": result}
 
 
+def _students(n: int) -> str:
+    return f"{n} student" + ("" if n == 1 else "s")
+
+
+def grading_row(seconds: Sequence[float], wall_s: float, cpu_s: float, *, students: int,
+                sandbox_reason: str | None = None, not_full_marks: int = 0,
+                goal_s: float = GRADING_GOAL_S) -> dict:
+    """The grading goal: an honest class graded one notebook at a time; verdict on the mean vs goal_s.
+
+    seconds: each notebook's grading seconds (autograde + feedback); wall_s, cpu_s: the whole class run's
+    wall and CPU seconds (kernels included), whose mean per notebook is what the goal compares. The goal is
+    'not available' when the class was graded without the sandbox (sandbox_reason says why) or when a
+    notebook of it did not score full marks (then the time measures something other than grading).
+    """
+    seconds = [float(s) for s in seconds]
+    if not seconds or any(not math.isfinite(s) or s < 0 for s in seconds):
+        raise ValueError(f"seconds must be a non-empty sequence of non-negative times, got {seconds!r}")
+    for arg, value in (("wall_s", wall_s), ("cpu_s", cpu_s)):
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{arg} must be a non-negative number of seconds, got {value!r}")
+    if students < 1:
+        raise ValueError(f"students must be a positive integer, got {students!r}")
+    n = len(seconds)
+    mean = wall_s / n
+    how = ("sandboxed" if sandbox_reason is None
+           else f"measured WITHOUT the sandbox, which cannot start here ({sandbox_reason})")
+    if sandbox_reason is not None or not_full_marks:
+        result = UNAVAILABLE
+    else:
+        result = MEETS if mean <= goal_s else BELOW
+    note = (f"a class of {_students(students)}, each submitting the correct solution of every assignment "
+            f"({n} notebooks), "
+            f"graded serially, {how}; mean = wall time of the whole grade_class run / notebooks, median of "
+            "each notebook's autograde + feedback seconds, CPU of the grader and its kernels / notebooks")
+    if not_full_marks:
+        note += f"; {not_full_marks} of {n} notebooks did not score full marks, so the time is not a verdict"
+    return {
+        "available": True, "name": GRADING_GOAL, "students": students, "notebooks": n, "total_s": wall_s,
+        "s_per_notebook": mean, "median_s_per_notebook": statistics.median(seconds), "min_s": min(seconds),
+        "max_s": max(seconds), "cpu_s_per_notebook": cpu_s / n, "sandboxed": sandbox_reason is None,
+        "sandbox_reason": sandbox_reason, "not_full_marks": not_full_marks, "goal_s": goal_s,
+        "verdict": result, "note": note,
+    }
+
+
+def grading_unavailable(reason: str, goal_s: float = GRADING_GOAL_S) -> dict:
+    """The grading goal when the honest class could not be graded here, with the reason."""
+    if not reason:
+        raise ValueError("reason must say why grading was not measured")
+    return {"available": False, "name": GRADING_GOAL, "reason": reason, "goal_s": goal_s,
+            "verdict": UNAVAILABLE}
+
+
 def summarize_warnings(messages: Iterable[str], keep: int = 3) -> list[str]:
     """Distinct 'Category: message' lines; a category seen more than `keep` times becomes one count line."""
     by_category: dict[str, list[str]] = {}
@@ -182,6 +237,17 @@ _ROW = {
 _SECTION = {"type": "object", "required": ["notes"], "properties": {"notes": {"type": "array",
                                                                                 "items": {"type": "string"}}}}
 _SERIES = {"type": "array", "items": {"type": "object"}}
+_GRADING = {
+    "type": "object", "required": ["available", "name", "goal_s", "verdict"],
+    "properties": {"available": {"type": "boolean"}, "name": {"type": "string"}, "goal_s": {"type": "number"},
+                   "verdict": {"enum": list(VERDICTS)}, "reason": {"type": "string"}},
+    "if": {"properties": {"available": {"const": True}}},
+    "then": {"required": ["students", "notebooks", "total_s", "s_per_notebook", "median_s_per_notebook",
+                          "cpu_s_per_notebook", "sandboxed", "sandbox_reason", "note"],
+             "properties": {"sandboxed": {"type": "boolean"}, "sandbox_reason": {"type": ["string", "null"]},
+                            "notebooks": {"type": "integer", "minimum": 1}}},
+    "else": {"required": ["reason"]},
+}
 SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
@@ -198,10 +264,12 @@ SCHEMA = {
                      "properties": {"rows": {"type": "array", "items": _ROW}}},
         "effects": {**_SECTION, "required": ["rows", "notes"],
                     "properties": {"rows": {"type": "array", "items": _ROW}}},
-        "course_cost": {**_SECTION, "required": ["notebooks", "grading", "notes"], "properties": {
+        "course_cost": {**_SECTION, "required": ["notebooks", "grading", "grading_honest", "notes"],
+                        "properties": {
             "notebooks": {"type": "array", "items": {"type": "object", "required": [
                 "path", "seconds", "status", "goal_s", "verdict"]}},
-            "grading": {"type": "object"}}},
+            "grading": {"type": "object", "required": ["available"]},
+            "grading_honest": _GRADING}},
         "scaling": {**_SECTION, "required": ["bandwidth", "gemv", "grading", "notes"], "properties": {
             "bandwidth": _SERIES, "gemv": _SERIES, "grading": _SERIES}},
         "noise": {"type": "object", "required": ["threshold", "series", "noisy", "warnings"]},
@@ -302,6 +370,54 @@ def _sections_s(doc: dict) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
+def grading_measured(honest: dict) -> str:
+    """The grading goal's 'measured' cell: mean, median and CPU seconds per notebook, or why not."""
+    if not honest.get("available"):
+        return f"not available: {honest.get('reason', 'no reason given')}"
+    cell = (f"{_fmt(honest['s_per_notebook'])} s mean, median {_fmt(honest['median_s_per_notebook'])} s, "
+            f"CPU {_fmt(honest['cpu_s_per_notebook'])} s ({honest['notebooks']} notebooks)")
+    if not honest["sandboxed"]:
+        cell += f"; measured WITHOUT the sandbox: {honest['sandbox_reason']}"
+    if honest.get("not_full_marks"):
+        cell += f"; {honest['not_full_marks']} notebooks short of full marks"
+    return cell
+
+
+def grading_paragraph(honest: dict | None, samples: dict) -> str:
+    """Section 3's grading text: the honest class (the goal) first, then the sample mix."""
+    parts = []
+    if honest and honest.get("available"):
+        how = ("every kernel in the grading sandbox" if honest["sandboxed"] else
+               f"**WITHOUT the grading sandbox**, which cannot start here ({honest['sandbox_reason']})")
+        parts.append(
+            f"Grading an honest class, serially, {how}: {_students(honest['students'])}, each submitting "
+            f"the correct solution of every assignment ({honest['notebooks']} submission notebooks): "
+            f"**{_fmt(honest['s_per_notebook'])} s per submission-notebook** (mean; median "
+            f"{_fmt(honest['median_s_per_notebook'])} s, range {_fmt(honest['min_s'])}-"
+            f"{_fmt(honest['max_s'])} s; CPU {_fmt(honest['cpu_s_per_notebook'])} s per notebook), "
+            f"{_fmt(honest['total_s'])} s in all; "
+            f"goal <= {_fmt(honest['goal_s'])} s: {honest['verdict']}.\n")
+    elif honest:
+        parts.append(f"Grading an honest class: not available ({honest.get('reason', 'no reason given')}).\n")
+    if samples.get("available"):
+        timeout = f"the {samples['cell_timeout_s']} s" if samples.get("cell_timeout_s") else "the"
+        covered = (f"; this class covers {samples['samples_covered']} of the {samples['samples_total']}"
+                   if samples.get("samples_total") else "")
+        parts.append(
+            f"Grading the sample mix, a class of {_students(samples['class_size'])} cycling through the "
+            f"sample students (correct, blank, wrong, broken, cells that hang until {timeout} cell timeout, "
+            f"the attack samples{covered}; {samples['notebooks']} submission notebooks): "
+            f"{_fmt(samples['s_per_notebook'])} s per submission-notebook, "
+            f"{_fmt(samples['total_s'])} s in all"
+            + (f" (CPU {_fmt(samples['cpu_s_per_notebook'])} s per notebook)"
+               if samples.get("cpu_s_per_notebook") is not None else "")
+            + ". Its mean includes the cell timeouts its hanging samples wait out: it prices the mix, not "
+            "the grader.\n")
+    else:
+        parts.append(f"Grading the sample mix: not available ({samples.get('reason', 'no reason given')}).\n")
+    return "\n".join(parts)
+
+
 def summary_table(doc: dict) -> str:
     """Markdown table of every goal in the report: ratio (or seconds), goal, verdict; then a count line."""
     lines = ["| goal | measured | target | verdict |", "|---|---|---|---|"]
@@ -320,6 +436,11 @@ def summary_table(doc: dict) -> str:
         lines.append(f"| every notebook headless | {met} of {len(ran)} within goal (slowest "
                      f"{_fmt(slowest['seconds'])} s) | <= {_fmt(NOTEBOOK_GOAL_S)} s each | {verdict_nb} |")
         results.append(verdict_nb)
+    honest = doc["course_cost"].get("grading_honest")
+    if honest:
+        lines.append(f"| {honest['name']} | {grading_measured(honest)} | <= {_fmt(honest['goal_s'])} s | "
+                     f"{honest['verdict']} |")
+        results.append(honest["verdict"])
     missing = results.count(UNAVAILABLE)
     count = f"{results.count(MEETS)} of {len(results)} goals met"
     count += f"; {missing} not available" if missing else ""
@@ -347,16 +468,7 @@ def render_markdown(doc: dict) -> str:
         "## 3. Course cost\n", "Headless execution (nbclient, cell timeout) of every lesson and assignment "
         "source notebook:\n", notebook_table(cost["notebooks"]) if cost["notebooks"] else "(none run)", "",
     ]
-    grading = cost["grading"]
-    if grading.get("available"):
-        out.append(f"Autograding a class of {grading['class_size']} sample students "
-                   f"({grading['notebooks']} submission notebooks): "
-                   f"**{_fmt(grading['s_per_notebook'])} s per submission-notebook**, "
-                   f"{_fmt(grading['total_s'])} s in all"
-                   + (f" (CPU {_fmt(grading['cpu_s_per_notebook'])} s per notebook)"
-                      if grading.get("cpu_s_per_notebook") is not None else "") + ".\n")
-    else:
-        out.append(f"Autograding: not available ({grading.get('reason', 'no reason given')}).\n")
+    out.append(grading_paragraph(cost.get("grading_honest"), cost["grading"]))
     out.append(_notes(cost["notes"]) + _plot(doc, "notebooks"))
     out += ["## 4. Scaling\n", "### Bandwidth vs array size (cache levels)\n", _plot(doc, "bandwidth")]
     if scal["bandwidth"]:
@@ -366,7 +478,7 @@ def render_markdown(doc: dict) -> str:
     if scal["gemv"]:
         out += [series_table(scal["gemv"], ["variant", "rows", "cols", "weight_mb", "median_ms", "gbs",
                                             "relative_iqr"]), ""]
-    out += ["### Grading time vs class size\n", _plot(doc, "grading")]
+    out += ["### Grading time vs class size (the sample mix)\n", _plot(doc, "grading")]
     if scal["grading"]:
         out += [series_table(scal["grading"], ["class_size", "notebooks", "total_s", "s_per_notebook"]), ""]
     out.append(_notes(scal["notes"]))

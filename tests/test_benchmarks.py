@@ -2,9 +2,13 @@
 smoke test of the C reference kernels at a tiny size."""
 
 import json
+import os
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import jsonschema
 import pytest
@@ -38,7 +42,9 @@ def fake_doc(**changes):
             "notebooks": [report.notebook_row("notebooks/01_chips.ipynb", 30.0, "ok"),
                           report.notebook_row("notebooks/02_x.ipynb", 120.0, "ok")],
             "grading": {"available": True, "class_size": 2, "notebooks": 8, "total_s": 40.0,
-                        "s_per_notebook": 5.0},
+                        "s_per_notebook": 5.0, "cell_timeout_s": 10, "samples_covered": 2,
+                        "samples_total": 23},
+            "grading_honest": report.grading_row([1.0, 1.2, 1.1, 1.4], 5.0, 3.2, students=1),
             "notes": []},
         "scaling": {"bandwidth": [], "gemv": [], "notes": [],
                     "grading": [{"class_size": 2, "notebooks": 8, "total_s": 40.0, "s_per_notebook": 5.0}]},
@@ -164,18 +170,95 @@ def test_markdown_shows_machine_ratios_verdicts_and_reasons():
     assert "5.00 s per submission-notebook" in md and "UserWarning: careful" in md
 
 
-def test_the_summary_counts_goals_met_including_notebooks():
+def test_the_summary_counts_goals_met_including_notebooks_and_grading():
     table = report.summary_table(fake_doc())
     assert "| int8 / fp32 | 5.00x | >= 2.50x | meets goal |" in table
     assert "| every notebook headless | 1 of 2 within goal (slowest 120 s) | <= 90.0 s each | below goal |" \
         in table
-    assert table.endswith("1 of 4 goals met; 1 not available.")  # bandwidth 10 / 12 is below 0.9
+    assert ("| grading seconds per submission-notebook, sandboxed, serial | 1.25 s mean, median 1.15 s, "
+            "CPU 0.800 s (4 notebooks) | <= 2.00 s | meets goal |") in table
+    assert table.endswith("2 of 5 goals met; 1 not available.")  # bandwidth 10 / 12 is below 0.9
+
+
+def test_the_grading_goal_row_says_why_it_is_not_available():
+    doc = fake_doc()
+    doc["course_cost"]["grading_honest"] = report.grading_unavailable("the honest class run failed: boom")
+    table = report.summary_table(doc)
+    assert "| not available: the honest class run failed: boom | <= 2.00 s | not available |" in table
+    assert table.endswith("1 of 5 goals met; 2 not available.")
+    assert "Grading an honest class: not available (the honest class run failed: boom)" in \
+        report.render_markdown(doc)
+    with pytest.raises(ValueError, match="reason"):
+        report.grading_unavailable("")
 
 
 def test_markdown_says_when_grading_was_not_available():
     doc = fake_doc()
     doc["course_cost"]["grading"] = {"available": False, "reason": "hwopt.grading is not in the toolkit"}
-    assert "Autograding: not available (hwopt.grading is not in the toolkit)" in report.render_markdown(doc)
+    md = report.render_markdown(doc)
+    assert "Grading the sample mix: not available (hwopt.grading is not in the toolkit)" in md
+    assert "Grading an honest class, serially, every kernel in the grading sandbox" in md
+
+
+def test_markdown_tells_the_honest_class_from_the_sample_mix():
+    md = report.render_markdown(fake_doc())
+    assert ("1 student, each submitting the correct solution of every assignment (4 submission notebooks): "
+            "**1.25 s per submission-notebook** (mean; median 1.15 s, range 1.00-1.40 s; CPU 0.800 s per "
+            "notebook), 5.00 s in all; goal <= 2.00 s: meets goal.") in md
+    assert "Grading the sample mix, a class of 2 students cycling through the sample students" in md
+    assert "a class of 1 student cycling" in report.grading_paragraph(None, {
+        **fake_doc()["course_cost"]["grading"], "class_size": 1})
+    assert "hang until the 10 s cell timeout, the attack samples; this class covers 2 of the 23" in md
+    assert "it prices the mix, not the grader" in md
+    assert "### Grading time vs class size (the sample mix)" in md
+
+
+# ---------------------------------------------------------------- the grading goal
+
+
+def test_grading_row_takes_the_mean_from_the_wall_time_and_the_median_from_the_notebooks():
+    row = report.grading_row([1.0, 3.0, 1.2], 6.0, 2.4, students=1)
+    assert row["s_per_notebook"] == pytest.approx(2.0) and row["median_s_per_notebook"] == 1.2
+    assert (row["min_s"], row["max_s"], row["notebooks"]) == (1.0, 3.0, 3)
+    assert row["cpu_s_per_notebook"] == pytest.approx(0.8) and row["sandboxed"] is True
+    assert row["verdict"] == report.MEETS and row["goal_s"] == report.GRADING_GOAL_S == 2.0
+    assert "sandboxed" in row["name"] and "serial" in row["name"] and "sandboxed" in row["note"]
+    assert report.grading_row([1.0], 2.1, 1.0, students=1)["verdict"] == report.BELOW
+
+
+def test_grading_row_claims_no_verdict_unsandboxed_or_short_of_full_marks():
+    loose = report.grading_row([1.0, 1.0], 2.0, 1.0, students=1, sandbox_reason="no bubblewrap")
+    assert loose["verdict"] == report.UNAVAILABLE and loose["sandboxed"] is False
+    assert "WITHOUT the sandbox" in loose["note"] and "no bubblewrap" in loose["note"]
+    assert "measured WITHOUT the sandbox: no bubblewrap" in report.grading_measured(loose)
+    md = report.render_markdown(fake_doc(course_cost={**fake_doc()["course_cost"], "grading_honest": loose}))
+    assert "**WITHOUT the grading sandbox**, which cannot start here (no bubblewrap)" in md
+    short = report.grading_row([1.0, 1.0], 2.0, 1.0, students=1, not_full_marks=1)
+    assert short["verdict"] == report.UNAVAILABLE
+    assert "1 of 2 notebooks did not score full marks" in short["note"]
+    assert "1 notebooks short of full marks" in report.grading_measured(short)
+
+
+@pytest.mark.parametrize(("seconds", "wall", "cpu", "students", "match"), [
+    ([], 1.0, 1.0, 1, "seconds"), ([1.0, -1.0], 1.0, 1.0, 1, "seconds"),
+    ([1.0], float("nan"), 1.0, 1, "wall_s"), ([1.0], 1.0, -1.0, 1, "cpu_s"),
+    ([1.0], 1.0, 1.0, 0, "students")])
+def test_grading_row_rejects_bad_figures(seconds, wall, cpu, students, match):
+    with pytest.raises(ValueError, match=match):
+        report.grading_row(seconds, wall, cpu, students=students)
+
+
+@pytest.mark.parametrize("broken", [
+    {"grading_honest": None}, {"grading_honest": {"available": True, "name": "x", "goal_s": 2.0,
+                                                   "verdict": report.MEETS}},
+    {"grading_honest": {"available": False, "name": "x", "goal_s": 2.0, "verdict": report.UNAVAILABLE}}])
+def test_the_schema_wants_the_grading_goal_complete(broken):
+    doc = fake_doc()
+    doc["course_cost"].update(broken)
+    if broken["grading_honest"] is None:
+        del doc["course_cost"]["grading_honest"]
+    with pytest.raises(jsonschema.ValidationError):
+        report.validate(doc)
 
 
 def test_write_report_writes_json_and_markdown(tmp_path):
@@ -303,8 +386,164 @@ def test_grading_time_by_class_size_accumulates_each_students_notebooks():
 
 def test_grading_is_reported_not_available_without_the_grading_kit(monkeypatch, tmp_path):
     monkeypatch.setattr(grading, "GRADE_CLASS", tmp_path / "autograder" / "grade_class.py")
-    summary, series, notes = grading.measure(quick=True)
-    assert summary["available"] is False and "grade_class.py" in summary["reason"] and series == []
+    honest, samples, series, notes = grading.measure(quick=True)
+    assert samples["available"] is False and "grade_class.py" in samples["reason"] and series == []
+    assert honest["verdict"] == report.UNAVAILABLE and "grade_class.py" in honest["reason"]
+    assert report.validate(fake_doc(course_cost={**fake_doc()["course_cost"], "grading_honest": honest}))
+
+
+def test_a_kit_without_the_functions_the_benchmark_calls_is_not_loaded(tmp_path):
+    kit = tmp_path / "grade_class.py"
+    kit.write_text("def demo(): pass\n")
+    with pytest.raises(ImportError, match="has no grade_class, prepare_course"):
+        grading.load_grade_class(kit)
+
+
+def test_environment_sets_only_unset_variables_and_restores_them(monkeypatch):
+    monkeypatch.setenv("HWOPT_BENCH_KEPT", "mine")
+    monkeypatch.delenv("HWOPT_BENCH_NEW", raising=False)
+    with grading.environment(HWOPT_BENCH_KEPT="demo", HWOPT_BENCH_NEW="demo", HWOPT_BENCH_NONE=None):
+        assert os.environ["HWOPT_BENCH_KEPT"] == "mine" and os.environ["HWOPT_BENCH_NEW"] == "demo"
+        assert "HWOPT_BENCH_NONE" not in os.environ
+    assert os.environ["HWOPT_BENCH_KEPT"] == "mine" and "HWOPT_BENCH_NEW" not in os.environ
+
+
+class FakeKit:
+    """The grading kit's surface that benchmarks/grading.py uses, grading nothing."""
+
+    ROOT, DEMO_SECRET = ROOT, "demo secret"
+
+    def __init__(self, rows=None, fail=None):
+        self.rows, self.fail, self.seen = rows, fail, {}
+        names = ("correct", "blank", "hangs")
+        self.samples = SimpleNamespace(ASSIGNMENTS=("a", "b"), STUDENTS=dict.fromkeys(names),
+                                       write_submissions=self._write,
+                                       class_of=lambda n: {f"s{i}": names[i % 3] for i in range(n)})
+
+    def prepare_course(self, course):
+        course.mkdir(parents=True)
+
+    def make_api(self, course, timeout_s=None):
+        return None
+
+    def release(self, api, course, assignments):
+        pass
+
+    def _write(self, submitted, students, targets_only=False, root=None):
+        self.seen["students"] = students
+        return [(s, a) for s in students for a in self.samples.ASSIGNMENTS]
+
+    def grade_class(self, course, log=print):
+        self.seen["env"] = {k: os.environ.get(k) for k in (grading.SECRET_ENV, grading.UNSANDBOXED_ENV)}
+        if self.fail:
+            raise self.fail
+        return self.rows if self.rows is not None else [
+            SimpleNamespace(status="ok", score=5.0, max_score=5.0, seconds=0.01)
+            for _ in self.seen["students"] for _ in self.samples.ASSIGNMENTS]
+
+    def cpu_seconds(self):
+        return 0.0
+
+    def demo(self, course, n, timeout_s, log=print):
+        self.seen["env"] = os.environ.get(grading.SECRET_ENV)
+        self.seen["cpu_seconds"] = self.cpu_seconds
+        course.mkdir(parents=True)
+        (course / "grades_report.csv").write_text("student,status,seconds\ns0,ok,2.0\ns0,ok,4.0\n")
+        return {"students": 1, "notebooks_submitted": 2, "seconds": 6.5, "seconds_per_notebook": 3.25,
+                "cpu_seconds_per_notebook": 1.5}
+
+
+@pytest.fixture
+def no_secret(monkeypatch):
+    for name in (grading.SECRET_ENV, grading.UNSANDBOXED_ENV):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_the_honest_class_submits_correct_solutions_under_the_demo_secret(no_secret):
+    kit = FakeKit()
+    row = grading.measure_honest(kit, quick=False)
+    assert set(kit.seen["students"].values()) == {"correct"} and len(kit.seen["students"]) == 5
+    assert kit.seen["env"] == {grading.SECRET_ENV: "demo secret", grading.UNSANDBOXED_ENV: None}
+    assert grading.SECRET_ENV not in os.environ  # set for the run only
+    assert row["available"] and row["notebooks"] == 10 and row["students"] == 5 and row["sandboxed"]
+    assert grading.measure_honest(FakeKit(), quick=True)["students"] == grading.HONEST_STUDENTS[True] == 2
+
+
+def test_an_instructors_secret_is_kept(no_secret, monkeypatch):
+    monkeypatch.setenv(grading.SECRET_ENV, "the instructor's")
+    kit = FakeKit()
+    grading.measure_honest(kit, quick=True)
+    assert kit.seen["env"][grading.SECRET_ENV] == "the instructor's"
+
+
+def test_without_a_sandbox_the_honest_class_is_graded_unsandboxed_and_says_so(no_secret):
+    kit = FakeKit()
+    row = grading.measure_honest(kit, quick=True, sandbox_reason="bubblewrap is not installed")
+    assert kit.seen["env"][grading.UNSANDBOXED_ENV] == "1" and grading.UNSANDBOXED_ENV not in os.environ
+    assert row["sandboxed"] is False and row["verdict"] == report.UNAVAILABLE
+    assert "bubblewrap is not installed" in row["note"]
+
+
+def test_an_honest_class_short_of_full_marks_or_a_failing_kit_gives_no_verdict(no_secret):
+    rows = [SimpleNamespace(status="ok", score=5.0, max_score=5.0, seconds=0.01),
+            SimpleNamespace(status="autograde failed", score=0.0, max_score=5.0, seconds=0.01)]
+    row = grading.measure_honest(FakeKit(rows=rows), quick=True, n_students=1)  # 2 assignments: 2 notebooks
+    assert row["not_full_marks"] == 1 and row["verdict"] == report.UNAVAILABLE
+    lost = grading.measure_honest(FakeKit(rows=rows[:1]), quick=True, n_students=1)
+    assert lost["available"] is False and lost["reason"] == "2 notebooks submitted, 1 graded"
+    failed = grading.measure_honest(FakeKit(fail=SystemExit("no instructor secret")), quick=True)
+    assert failed["available"] is False and "no instructor secret" in failed["reason"]
+    with pytest.raises(ValueError, match="n_students"):
+        grading.measure_honest(FakeKit(), quick=True, n_students=-1)
+
+
+def test_the_sample_mix_counts_the_kernels_cpu_and_covers_every_sample(no_secret):
+    kit = FakeKit()
+    summary, series, notes = grading.measure_samples(kit, quick=False)
+    assert kit.seen["env"] == "demo secret" and grading.SECRET_ENV not in os.environ
+    assert kit.seen["cpu_seconds"] != kit.cpu_seconds  # the kit's clock replaced for the run, then restored
+    assert kit.cpu_seconds() == 0.0
+    assert summary["samples_covered"] == summary["samples_total"] == 3 and summary["cell_timeout_s"] == 10
+    assert summary["statuses"] == {"ok": 2} and series[-1]["total_s"] == 6.0
+    assert grading.measure_samples(kit, quick=True)[0]["samples_covered"] == 1
+
+
+def test_without_a_sandbox_the_attack_samples_are_not_graded(monkeypatch, no_secret):
+    monkeypatch.setattr(grading, "load_grade_class", lambda: FakeKit())
+    monkeypatch.setattr(grading, "sandbox_state", lambda: ("no user namespaces", False))
+    monkeypatch.setattr(grading, "measure_samples", lambda *a, **k: pytest.fail("graded the attack samples"))
+    honest, samples, series, notes = grading.measure(quick=True)
+    assert samples["available"] is False and "attack samples" in samples["reason"]
+    assert "no user namespaces" in samples["reason"] and series == []
+    assert honest["sandboxed"] is False and "no user namespaces" in honest["note"]
+
+
+def test_proc_stat_lines_parse_even_with_brackets_in_the_command():
+    line = "4242 (a (weird) name) S 17 4242 4242 0 -1 4194560 100 0 0 0 25 7 3 1 20 0 1 0 98765 0 0"
+    assert grading.parse_proc_stat(line) == (4242, 17, 32, 98765)
+    with pytest.raises(ValueError, match="stat"):
+        grading.parse_proc_stat("garbage")
+
+
+def test_the_process_tree_keeps_orphans_and_ignores_reused_pids():
+    known = grading.grow_tree({}, [(12, 11, 5, 1), (11, 10, 3, 1), (10, 1, 1, 1), (20, 1, 9, 1)], root=10)
+    assert known == {(11, 1): 3, (12, 1): 5}  # children listed before their parents still join
+    known = grading.grow_tree(known, [(12, 1, 8, 1), (13, 12, 2, 5), (11, 1, 4, 9), (14, 11, 6, 9)], root=10)
+    assert known == {(11, 1): 3, (12, 1): 8, (13, 5): 2}  # 12 reparented stays; pid 11 reused is not ours
+
+
+def test_tree_cpu_counts_a_process_its_parent_never_reaps():
+    loop = "import time\nt=time.process_time()\nwhile time.process_time()-t<0.4: pass"
+    burn = f"{sys.executable} -c '{loop}' &"
+    with grading.TreeCPU(interval_s=0.02) as tree:
+        pid = int(subprocess.run(["sh", "-c", burn + " echo $!; sleep 0.1"], capture_output=True,
+                                 text=True, check=True).stdout)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+            if (Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split() or ["Z"])[0] == "Z":
+                break
+            time.sleep(0.02)
+    assert tree.seconds >= 0.3
 
 
 def test_the_machine_card_shows_the_probe_medians_of_section_one():
@@ -321,7 +560,11 @@ REFERENCE = ROOT / "benchmarks" / "reference"
 
 @pytest.mark.skipif(not (REFERENCE / "report.json").exists(), reason="no committed reference report yet")
 def test_the_committed_reference_is_generated_not_hand_edited():
-    doc = report.validate(json.loads((REFERENCE / "report.json").read_text()))
+    doc = json.loads((REFERENCE / "report.json").read_text())
+    if doc.get("schema_version") != report.SCHEMA_VERSION:
+        pytest.skip(f"benchmarks/reference is report schema {doc.get('schema_version')}, the harness writes "
+                    f"{report.SCHEMA_VERSION}: regenerate it, `make bench OUT=benchmarks/reference`")
+    report.validate(doc)
     assert doc["mode"] == "full"
     assert (REFERENCE / "report.md").read_text() == report.render_markdown(doc), \
         "report.md is not what report.json renders to: regenerate it, `make bench OUT=benchmarks/reference`"

@@ -303,7 +303,7 @@ def grade_class(course: Path, assignments=samples.ASSIGNMENTS, timeout_s: int | 
 
 
 def cpu_seconds() -> float:
-    """CPU time of this process and its finished children (the kernels): less noisy than wall time."""
+    """CPU time of this process and its reaped children (sandboxed kernels are not among them)."""
     import resource
 
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -316,7 +316,17 @@ def demo(course: Path, n_students: int | None = None, timeout_s: int | None = No
 
     Every student submits all four assignments unless targets_only (each sample only what it is about).
     """
-    os.environ.setdefault(judge.SECRET_ENV, DEMO_SECRET)
+    demo_secret = judge.SECRET_ENV not in os.environ
+    if demo_secret:  # for this run only: a real class graded later in this process uses the real secret
+        os.environ[judge.SECRET_ENV] = DEMO_SECRET
+    try:
+        return _demo(course, n_students, timeout_s, targets_only, log)
+    finally:
+        if demo_secret:
+            os.environ.pop(judge.SECRET_ENV, None)
+
+
+def _demo(course: Path, n_students: int | None, timeout_s: int | None, targets_only: bool, log) -> dict:
     if course.exists():
         shutil.rmtree(course)
     prepare_course(course)

@@ -66,9 +66,10 @@ def test_export_lists_failed_submissions_with_zero_and_the_report_says_why(grade
     assert exported[("correct", "latency_budget")] == 12.0
 
 
-def test_regrading_is_idempotent_and_keeps_manual_grades(graded):
+def test_regrading_is_idempotent_and_keeps_manual_grades(graded, monkeypatch):
     from nbgrader.api import Gradebook
 
+    monkeypatch.setenv("HWOPT_GRADER_SECRET", grade_class.DEMO_SECRET)  # the demo class's secret
     course, rows = graded
     api = grade_class.make_api(course, TIMEOUT_S)
     with Gradebook(api.coursedir.db_url, api.coursedir.course_id) as gb:

@@ -56,16 +56,23 @@ def system_mounts() -> list[str]:
     return args
 
 
+@functools.lru_cache(maxsize=1)
+def installed_toolkit() -> Path:
+    """The hwopt package this interpreter imports from a neutral folder (what the kernel will import)."""
+    out = subprocess.run([sys.executable, "-c", "import hwopt; print(hwopt.__file__)"], cwd="/",
+                         capture_output=True, text=True, timeout=60)
+    return Path(out.stdout.strip()).resolve().parent if out.returncode == 0 else Path(__file__).parents[1]
+
+
 def environment_paths() -> list[Path]:
     """What the kernel must read: the interpreter, the environment's packages, the toolkit and its data/."""
-    import hwopt
-
-    package = Path(hwopt.__file__).resolve().parent
     paths = {Path(p).resolve() for p in (sys.base_prefix, sys.prefix, sys.base_exec_prefix, sys.exec_prefix)}
     paths |= {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib", "stdlib")}
-    paths |= {Path(sys.executable).resolve().parent, package}
-    if (package.parent / "data").is_dir():
-        paths.add(package.parent / "data")
+    paths.add(Path(sys.executable).resolve().parent)
+    for package in {installed_toolkit(), Path(__file__).resolve().parents[1]}:
+        paths.add(package)
+        if (package.parent / "data").is_dir():
+            paths.add(package.parent / "data")
     # A path inside another one is covered by it; /usr is bound already.
     return sorted(p for p in paths if p.exists() and not any(q != p and q in p.parents for q in paths)
                   and Path("/usr") not in [p, *p.parents])

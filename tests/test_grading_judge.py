@@ -133,3 +133,19 @@ def test_verdict_is_all_or_nothing_and_names_what_failed_without_values():
     assert wrong.points == 0.0 and "4 right, 1 wrong" in wrong.text()
     assert "a latency exactly on the budget: wrong value" in wrong.text()
     assert judge.verdict(1.0, [], 3, "no result came back").points == 0.0
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"call": ""}, "call"), ({"call": 3}, "call"), ({"call": "f()", "rel_tol": -1}, "rel_tol"),
+    ({"call": "f()", "abs_tol": math.nan}, "abs_tol"), ({"call": "f()", "rel_tol": math.inf}, "rel_tol"),
+    ({"call": "f()", "rel_tol": "0.1"}, "rel_tol"), ({"call": "f()", "cases": 3}, "cases")])
+def test_a_bad_check_names_its_argument(options, named):
+    with pytest.raises(ValueError, match=named):
+        judge.Check(**options)
+
+
+@pytest.mark.parametrize("about, must_name, named", [("", (), "about"), (None, (), "about"),
+                                                     ("x", (3,), "must_name")])
+def test_a_bad_case_names_its_argument(about, must_name, named):
+    with pytest.raises(ValueError, match=named):
+        judge.case(about, must_name=must_name)

@@ -16,10 +16,15 @@ def test_limits_come_from_the_environment_in_the_kernels_units():
     assert kernel.limit_value("RLIMIT_AS", {}) == int(kernel.DEFAULT_MEMORY_GB * 2**30)
 
 
-@pytest.mark.parametrize("bad", ["0", "-1", "four", "nan"])
+@pytest.mark.parametrize("bad", ["0", "-1", "four", "nan", "inf"])
 def test_a_bad_limit_names_its_variable(bad):
     with pytest.raises(ValueError, match="HWOPT_GRADER_MEMORY_GB"):
         kernel.limit_value("RLIMIT_AS", {"HWOPT_GRADER_MEMORY_GB": bad})
+
+
+def test_an_unknown_limit_is_named():
+    with pytest.raises(ValueError, match="name must be one of"):
+        kernel.limit_value("RLIMIT_STACK", {})
 
 
 def test_set_limits_lowers_soft_and_hard_limits_of_the_process():

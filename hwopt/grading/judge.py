@@ -86,7 +86,12 @@ class Case:
 
 def case(about: str, *, must_name: str | tuple[str, ...] = (), **variables) -> Case:
     """A case of a check: `about` is shown to the student, the variables never are."""
-    return Case(about, variables, (must_name,) if isinstance(must_name, str) else tuple(must_name))
+    if not isinstance(about, str) or not about.strip():
+        raise ValueError(f"about must say in words what the case tests; got {about!r}")
+    names = (must_name,) if isinstance(must_name, str) else tuple(must_name)
+    if not all(isinstance(n, str) and n for n in names):
+        raise ValueError(f"must_name must be argument names (strings); got {must_name!r}")
+    return Case(about, variables, names)
 
 
 def letter(value):
@@ -103,6 +108,16 @@ class Check:
     rel_tol: float = 1e-6
     abs_tol: float = 1e-9
     normalise: Callable | None = None  # applied to expected and student values before comparing
+
+    def __post_init__(self):
+        if not isinstance(self.call, str) or not self.call.strip():
+            raise ValueError(f"call must be an expression to evaluate, e.g. 'f(x)'; got {self.call!r}")
+        for name in ("rel_tol", "abs_tol"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+                raise ValueError(f"{name} must be a finite number >= 0; got {value!r}")
+        if not (self.cases is None or callable(self.cases) or isinstance(self.cases, list | tuple)):
+            raise ValueError(f"cases must be a function of rng, a list of cases or None; got {self.cases!r}")
 
 
 _declared: list[Check] | None = None  # while read_checks runs a hidden region, its checks go here

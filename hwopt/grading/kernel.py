@@ -10,6 +10,7 @@ limit (macOS refuses RLIMIT_AS) gets a line on stderr and the other limits.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -27,14 +28,16 @@ LIMITS = {
 
 def limit_value(name: str, environ=os.environ) -> int:
     """One of LIMITS in the kernel's units (bytes, seconds, processes), read from the environment."""
+    if name not in LIMITS:
+        raise ValueError(f"name must be one of {sorted(LIMITS)}; got {name!r}")
     variable, default, unit = LIMITS[name]
     text = environ.get(variable, "")
     try:
         value = float(text) if text else float(default)
     except ValueError:
-        raise ValueError(f"{variable} must be a positive number; got {text!r}") from None
-    if not value > 0:
-        raise ValueError(f"{variable} must be a positive number; got {text!r}")
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{variable} must be a positive finite number; got {text!r}")
     return int(value * unit)
 
 

@@ -50,6 +50,16 @@ def collect_code(call: str, cases: list[judge.Case], mark: str) -> str:
             f"__hwopt_judge['report']({call!r}, {variables!r}, globals(), {mark!r})\ndel __hwopt_judge")
 
 
+def timed_out(cell) -> bool:
+    """True when the cell ran past the timeout (nbclient interrupted it and recorded the error)."""
+    return any(o.output_type == "error" and o.ename == "CellTimeoutError" for o in cell.outputs)
+
+
+def no_points(cell, why: str) -> judge.Verdict:
+    """The verdict on a grade cell whose cases could not be run: 0 points, and why."""
+    return judge.verdict(float(cell.metadata["nbgrader"]["points"]), [], 0, why)
+
+
 def judged_outputs(outputs: list, result: judge.Verdict) -> list:
     """A grade cell's outputs after judging: its own output as plain text, the verdict, then the score.
 
@@ -160,21 +170,19 @@ class JudgedExecute(Execute):
                 cell.outputs = []
                 self._error(cell, "KernelLost", "not run: the kernel had to be restarted too often")
                 if grade_id(cell):
-                    cell.outputs = judged_outputs(cell.outputs, judge.verdict(
-                        float(cell.metadata.nbgrader["points"]), [], 0, "not run: the kernel was lost"))
+                    lost = no_points(cell, "not run: the kernel was lost")
+                    cell.outputs = judged_outputs(cell.outputs, lost)
             return cell, resources
         if cell.cell_type != "code":
             return cell, resources
         gid = grade_id(cell)
         source = cell.source
         cell.source = strip_hidden_tests(source)  # the hidden region is the judge's, never the kernel's
-        ok = self._run(cell, index) and not any(
-            o.output_type == "error" and o.ename == "CellTimeoutError" for o in cell.outputs)
+        ok = self._run(cell, index) and not timed_out(cell)
         cell.source = source
         if gid:
-            result = self._judge(cell, gid, index) if ok else judge.verdict(
-                float(cell.metadata["nbgrader"]["points"]), [], 0,
-                f"the cell did not finish within {self.timeout} s, so its cases were not run")
+            result = self._judge(cell, gid, index) if ok else no_points(
+                cell, f"the cell did not finish within {self.timeout} s, so its cases were not run")
             cell.outputs = judged_outputs(cell.outputs, result)
         elif not any(o.output_type == "error" for o in cell.outputs):
             self._done.append((index, copy.deepcopy(cell)))  # replayed after a restart
@@ -186,9 +194,7 @@ class JudgedExecute(Execute):
             try:
                 run_sync(self._restart_kernel)()
                 for index, done in self._done:  # replay: rebuild the state later cells depend on
-                    replay = copy.deepcopy(done)
-                    replay.source = strip_hidden_tests(replay.source)
-                    self.execute_cell(replay, index, store_history=True)
+                    self.execute_cell(copy.deepcopy(done), index, store_history=True)
                 return
             except (CellTimeoutError, DeadKernelError):
                 self.log.error("Replay after a restart failed; trying again")
@@ -222,11 +228,11 @@ class JudgedExecute(Execute):
 
     def _judge(self, cell, gid: str, index: int) -> judge.Verdict:
         """The verdict on one grade cell: its checks' outcomes from the student's kernel, judged here."""
-        max_points = float(cell.metadata["nbgrader"]["points"])
         checks = self._reference.checks.get(gid) or []
         if not checks:
             self.log.error("Grade cell %s has no checks in its hidden region: it earns nothing", gid)
-            return judge.verdict(max_points, [], 0, "this part has no checks (tell your instructor)")
+            return no_points(cell, "this part has no checks (tell your instructor)")
+        max_points = float(cell.metadata["nbgrader"]["points"])
         drawn = [judge.draw(c, judge.case_rng(self._secret, grade_id=gid, index=i, **self._who))
                  for i, c in enumerate(checks)]
         n_cases = sum(map(len, drawn))
@@ -255,7 +261,7 @@ class JudgedExecute(Execute):
         if not finished:
             return "no result came back from your notebook (the kernel had to be restarted)"
         text = "".join(o.text for o in probe.outputs if o.output_type == "stream" and o.name == "stdout")
-        if any(o.output_type == "error" and o.ename == "CellTimeoutError" for o in probe.outputs):
+        if timed_out(probe):
             return f"no result came back from your notebook within {self.timeout} s"
         return judge.parse_report(text, mark, len(cases))
 

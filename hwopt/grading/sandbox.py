@@ -27,6 +27,7 @@ UNSANDBOXED_ENV = "HWOPT_GRADER_UNSANDBOXED"
 NOBODY = 65534  # uid and gid of "nobody" on Linux
 # Variables the kernel inherits (everything else, the instructor secret included, stays outside).
 KEPT_ENV = ("LANG", "LC_ALL", "TZ", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+            "PYTHONWARNINGS", "MPLBACKEND",  # from the kernelspec
             "HWOPT_GRADER_MEMORY_GB", "HWOPT_GRADER_CPU_S", "HWOPT_GRADER_MAX_PROCESSES")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "fonts", "localtime", "passwd", "group",
              "nsswitch.conf", "mime.types", "ssl/openssl.cnf")
@@ -69,10 +70,10 @@ def environment_paths() -> list[Path]:
     paths = {Path(p).resolve() for p in (sys.base_prefix, sys.prefix, sys.base_exec_prefix, sys.exec_prefix)}
     paths |= {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib", "stdlib")}
     paths.add(Path(sys.executable).resolve().parent)
-    for package in {installed_toolkit(), Path(__file__).resolve().parents[1]}:
-        paths.add(package)
-        if (package.parent / "data").is_dir():
-            paths.add(package.parent / "data")
+    package = installed_toolkit()
+    paths.add(package)
+    if (package.parent / "data").is_dir():
+        paths.add(package.parent / "data")
     # A path inside another one is covered by it; /usr is bound already.
     return sorted(p for p in paths if p.exists() and not any(q != p and q in p.parents for q in paths)
                   and Path("/usr") not in [p, *p.parents])
@@ -107,7 +108,6 @@ def sandbox_environment(environ: dict[str, str]) -> dict[str, str]:
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp",
            "PYTHONNOUSERSITE": "1", "LANG": "C.UTF-8"}
     env.update({k: environ[k] for k in KEPT_ENV if k in environ})
-    env.update({k: v for k, v in environ.items() if k in ("PYTHONWARNINGS", "MPLBACKEND")})
     return env
 
 

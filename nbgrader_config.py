@@ -2,11 +2,12 @@
 
 Folders: source/ (instructor notebooks: solutions + the checks in hidden regions), release/ (generated,
 committed), submitted/, autograded/, feedback/ and gradebook.db (working files, git-ignored). Grading runs
-each notebook in a sandboxed, limited kernel (autograder/kernels/hwopt-grader, hwopt.grading.sandbox) with a
-per-cell timeout; the points of every grade cell are decided by the judge in the grading process, on cases
-drawn from the instructor secret and the student id (hwopt.grading.judge). Cells a student deleted or edited
-are restored, and feedback has no hidden tests. Environment: HWOPT_GRADER_SECRET or
-HWOPT_GRADER_SECRET_FILE (default ~/.config/hwopt/grader-secret: `python -m hwopt.grading secret` makes it),
+each notebook in a sandboxed, limited kernel (autograder/kernels/hwopt-grader, hwopt.course.grading.sandbox)
+with a per-cell timeout; the points of every grade cell are decided by the judge in the grading process, on
+cases drawn from the instructor secret and the student id (hwopt.course.grading.judge). Cells a student
+deleted or edited are restored, and feedback has no hidden tests. Environment: HWOPT_GRADER_SECRET or
+HWOPT_GRADER_SECRET_FILE (default ~/.config/hwopt/grader-secret, made by `python -m hwopt.course.grading
+secret`),
 HWOPT_GRADER_TIMEOUT_S (per cell, default 60), HWOPT_GRADER_MEMORY_GB (per kernel, default 4),
 HWOPT_GRADER_CPU_S (CPU seconds per kernel process, default 600), HWOPT_GRADER_MAX_PROCESSES (default 256),
 HWOPT_GRADER_UNSANDBOXED=1 (grade without a sandbox where none can start; the report flags it).
@@ -44,13 +45,13 @@ c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",
-    "hwopt.grading.plugins.RestoreCellMetadata",  # metadata lost (copied cells, Colab) or edited flags
+    "hwopt.course.grading.plugins.RestoreCellMetadata",  # metadata lost (copied cells, Colab) or edited flags
     "nbgrader.preprocessors.OverwriteCells",  # edited locked cells get their source back (checksums)
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 c.OverwriteCells.add_missing_cells = True  # deleted test cells come back
 c.Autograde.autograde_preprocessors = [
-    "hwopt.grading.plugins.JudgedExecute",  # sandboxed kernel; points from the judge; output capped
+    "hwopt.course.grading.plugins.JudgedExecute",  # sandboxed kernel; points from the judge; output capped
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
     "nbgrader.preprocessors.SaveAutoGrades",
@@ -67,6 +68,6 @@ c.GenerateFeedback.preprocessors = [
 # zip_collect: an LMS zip in downloaded/<assignment>/archive/. File names like Canvas's
 # "<student>_<numbers>_<file>.ipynb" or "<student>_LATE_<numbers>_<file>.ipynb"; the file part may be
 # "Copy of batching (1).ipynb" (Colab downloads): LmsFileNameCollector maps it to the released notebook.
-c.ZipCollectApp.collector_plugin = "hwopt.grading.plugins.LmsFileNameCollector"
+c.ZipCollectApp.collector_plugin = "hwopt.course.grading.plugins.LmsFileNameCollector"
 c.FileNameCollectorPlugin.named_regexp = (
     r".*/(?P<student_id>[A-Za-z0-9.-]+)_(?:LATE_)?(?:\d+_)*(?P<file_id>[^/]+)$")

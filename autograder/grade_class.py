@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import samples  # noqa: E402
 
-from hwopt.grading import judge, sandbox  # noqa: E402
-from hwopt.grading.notebooks import HIDDEN_BEGIN, HIDDEN_END  # noqa: E402
+from hwopt.course.grading import judge, sandbox  # noqa: E402
+from hwopt.course.grading.notebooks import HIDDEN_BEGIN, HIDDEN_END  # noqa: E402
 
 # nbgrader log lines worth a note in the report: (pattern, note)
 LOG_NOTES = (

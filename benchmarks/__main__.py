@@ -30,8 +30,8 @@ def measured_probe(doc: dict):
 
 
 def machine_card(measured=None) -> dict:
-    """The toolkit's machine card for the CPU (hwopt.card), with section 1's probe medians when measured."""
-    from hwopt import card
+    """The toolkit's machine card for the CPU (machine.card), with section 1's probe medians when measured."""
+    from hwopt.machine import card
 
     c = card.machine_card(probe=measured is not None, device="cpu", dtypes=("float32",),
                           probe_fn=lambda *_: measured)

@@ -16,7 +16,7 @@ def sizes(quick: bool) -> list[int]:
 def measure(*, quick: bool) -> tuple[list[dict], list[str], list[dict]]:
     """GEMV series (variant, rows, cols, weight_mb, median_ms, q1_ms, q3_ms, gbs), notes, stats for noise."""
     try:
-        decode = need("decode", "make_stack", "decode_paths", "time_paths")
+        decode = need("experiments.decode", "make_stack", "decode_paths", "time_paths")
     except Unavailable as exc:
         return [], [f"GEMV vs matrix size not measured: {exc}"], []
     series, stats = [], []
@@ -38,6 +38,6 @@ def measure(*, quick: bool) -> tuple[list[dict], list[str], list[dict]]:
     except Exception as exc:  # the lesson module's failure is reported, not fatal
         last = traceback.format_exception_only(exc)[-1].strip()
         return series, [f"GEMV sweep stopped: {last[:200]}"], stats
-    note = (f"one residual layer h + h @ W (hwopt.decode paths) per size, {repeats} interleaved repeats; "
+    note = (f"one residual layer h + h @ W (decode paths) per size, {repeats} interleaved repeats; "
             "GB/s = weight bytes (fp32 4, int8 1, int4 0.5 per weight) / median time")
     return series, [note], stats

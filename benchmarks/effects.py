@@ -1,7 +1,7 @@
 """Section 2: the lessons' headline effects, each a ratio of the lesson modules' own code in one run.
 
 Every effect is a small `setup_*` function that builds zero-argument callables from the toolkit (never a copy
-of what a lesson measures); `measure` times them with hwopt.bench.compare and turns them into report rows.
+of what a lesson measures); `measure` times them with machine.bench.compare and turns them into report rows.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from benchmarks import report
-from hwopt import bench
+from hwopt.machine import bench
 
 
 class Unavailable(RuntimeError):
@@ -37,11 +37,11 @@ class Setup:
     fns: dict[str, Callable[[], object]]
     comparisons: list[Comparison]
     items: dict[str, int] = field(default_factory=dict)  # items per call (per-item time = time / items)
-    settle_s: float = 0.0  # untimed run of each callable before each repeat (hwopt.bench.compare)
+    settle_s: float = 0.0  # untimed run of each callable before each repeat (hwopt.machine.bench.compare)
 
 
 def need(module: str, *names: str):
-    """Import hwopt.<module> and check it has `names`; Unavailable naming what is missing otherwise."""
+    """Import hwopt.<layer>.<module>, check it has `names`; Unavailable naming what is missing otherwise."""
     try:
         mod = importlib.import_module(f"hwopt.{module}")
     except ImportError as exc:
@@ -53,7 +53,7 @@ def need(module: str, *names: str):
 
 
 def _llc_bytes() -> int:
-    from hwopt import probe
+    from hwopt.machine import probe
 
     return probe.last_level_cache_bytes() or 32 * 2**20
 
@@ -69,14 +69,15 @@ PROFILING = [("profiling lesson's fix / slow pipeline", 2.0)]
 
 def setup_decode(quick: bool) -> Setup:
     """Lesson 2: the decode step's int8 and int4 paths (ONNX Runtime, C kernel) vs the best fp32 path."""
-    decode = need("decode", "make_stack", "layers_for_working_set", "decode_paths", "check_paths", "SETTLE_S")
+    decode = need("experiments.decode", "make_stack", "layers_for_working_set", "decode_paths", "check_paths",
+                  "SETTLE_S")
     d_model = 4096
     n_layers = min(8, decode.layers_for_working_set(d_model, 1.5 * _llc_bytes(), 0.5))  # as lesson 2 sizes it
     stack = decode.make_stack(d_model, n_layers)
     paths = decode.decode_paths(stack, "cpu")
     decode.check_paths(paths, stack)  # every path agrees with the fp32 oracle within the lesson's tolerance
     by = {prec: [k for k, p in paths.items() if p.precision == prec] for prec in ("fp32", "int8", "int4")}
-    note = (f"hwopt.decode: {n_layers} layers of {d_model}x{d_model}, {stack.weight_bytes(4) / 1e6:,.0f} MB "
+    note = (f"decode: {n_layers} layers of {d_model}x{d_model}, {stack.weight_bytes(4) / 1e6:,.0f} MB "
             f"fp32 weights; fastest of {', '.join(by['int8'] + by['int4'])} vs fastest of "
             f"{', '.join(by['fp32'])}; each runs untimed for {decode.SETTLE_S:g} s before each repeat")
     rows = [Comparison(name, goal, by["fp32"], by[prec], note)
@@ -86,7 +87,7 @@ def setup_decode(quick: bool) -> Setup:
 
 def setup_batching(quick: bool) -> Setup:
     """Lesson 3: throughput of the lesson's MLP at its best batch size vs batch 1 (per-item times)."""
-    batching = need("batching", "make_mlp", "BATCH_SIZES")
+    batching = need("cost.batching", "make_mlp", "BATCH_SIZES")
     import torch
 
     model = batching.make_mlp()
@@ -101,15 +102,15 @@ def setup_batching(quick: bool) -> Setup:
                 return model(x)
 
         fns[f"batch {b}"], items[f"batch {b}"] = step, b
-    note = f"hwopt.batching.make_mlp(), items/s; best of batch {', '.join(map(str, sizes[1:]))}"
+    note = f"hwopt.cost.batching.make_mlp(), items/s; best of batch {', '.join(map(str, sizes[1:]))}"
     (name, goal), = BATCHING
     return Setup(fns, [Comparison(name, goal, ["batch 1"], [f"batch {b}" for b in sizes[1:]], note)], items)
 
 
 def setup_ort(quick: bool) -> Setup:
     """Lesson 5: the digits classifier at batch 1 in ONNX Runtime (all graph optimizations) vs torch eager."""
-    classifier = need("classifier", "make_mlp", "N_FEATURES")
-    ort = need("ort", "export_onnx", "make_session", "Predictor")
+    classifier = need("experiments.classifier", "make_mlp", "N_FEATURES")
+    ort = need("experiments.ort", "export_onnx", "make_session", "Predictor")
     import torch
 
     model = classifier.make_mlp().eval()
@@ -122,14 +123,15 @@ def setup_ort(quick: bool) -> Setup:
             return model(x)
 
     (name, goal), = ORT
-    note = "hwopt.classifier.make_mlp() exported with hwopt.ort.export_onnx; ORT opt_level 'all', 1 thread"
+    note = ("hwopt.experiments.classifier.make_mlp() exported with hwopt.experiments.ort.export_onnx; "
+            "ORT opt_level 'all', 1 thread")
     return Setup({"torch eager": eager, "ORT": lambda: predictor(x_np)},
                  [Comparison(name, goal, ["torch eager"], ["ORT"], note)])
 
 
 def setup_fusion(quick: bool) -> Setup:
     """Lesson 5: the elementwise chain eager (a memory pass per op) vs fused (torch.compile, ORT if there)."""
-    fusion = need("fusion", "chain", "Chain", "chain_inputs")
+    fusion = need("experiments.fusion", "chain", "Chain", "chain_inputs")
     import torch
 
     rows = 4096 if quick else 8192  # 64 / 128 MB per fp32 tensor: memory-bound, far beyond the caches
@@ -141,7 +143,7 @@ def setup_fusion(quick: bool) -> Setup:
         compiled(*args)  # the first call compiles (seconds); the lesson shows that time separately
     fns = {"torch eager": lambda: fusion.chain(*args), "torch.compile": lambda: compiled(*args)}
     try:
-        ort = need("ort", "export_onnx", "make_session", "run")
+        ort = need("experiments.ort", "export_onnx", "make_session", "run")
         module = fusion.Chain(inputs["bias"], inputs["scale"])
         session = ort.make_session(ort.export_onnx(module, (inputs["x"][:2], inputs["residual"][:2])),
                                    threads=torch.get_num_threads())
@@ -158,17 +160,17 @@ def setup_fusion(quick: bool) -> Setup:
     if check(fns["torch.compile"]) > 1e-3:
         raise ValueError("torch.compile's chain disagrees with eager beyond 1e-3")
     (name, goal), = FUSION
-    note = (f"hwopt.fusion.chain (gelu(x + bias) + residual) * scale on {rows}x4096 fp32; "
+    note = (f"hwopt.experiments.fusion.chain (gelu(x + bias) + residual) * scale on {rows}x4096 fp32; "
             f"fused = faster of {', '.join(k for k in fns if k != 'torch eager')}")
     return Setup(fns, [Comparison(name, goal, ["torch eager"], [k for k in fns if k != "torch eager"], note)])
 
 
 def setup_profiling(quick: bool) -> Setup:
     """Lesson 6: the lesson's pipeline as first written vs after the fix its profile points to."""
-    profiling = need("profiling", "make_pipeline", "slow_pipeline", "fixed_pipeline")
+    profiling = need("experiments.profiling", "make_pipeline", "slow_pipeline", "fixed_pipeline")
     pipeline = profiling.make_pipeline()
     (name, goal), = PROFILING
-    note = "hwopt.profiling.make_pipeline(): slow_pipeline vs fixed_pipeline"
+    note = "hwopt.experiments.profiling.make_pipeline(): slow_pipeline vs fixed_pipeline"
     return Setup({"slow pipeline": lambda: profiling.slow_pipeline(pipeline),
                   "fixed pipeline": lambda: profiling.fixed_pipeline(pipeline)},
                  [Comparison(name, goal, ["slow pipeline"], ["fixed pipeline"], note)])
@@ -224,6 +226,6 @@ def measure(*, quick: bool, effects=None, progress=None) -> tuple[dict, list[str
                      for name, goal in declared]
         if progress:
             progress.update(1)
-    notes.append(f"{repeats} interleaved repeats per effect (hwopt.bench.compare); ratio = baseline median / "
+    notes.append(f"{repeats} interleaved repeats per effect (bench.compare); ratio = baseline median / "
                  "optimized median, per item where batches differ")
     return {"rows": rows, "notes": notes}, []

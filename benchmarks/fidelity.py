@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from benchmarks import native, report
-from hwopt import bench
+from hwopt.machine import bench
 
 MB = 1e6
 
@@ -54,7 +54,7 @@ def _rates(bytes_moved: float, times_s) -> list[float]:
 
 def measure(build_dir: Path, *, quick: bool, threads: int, progress=None) -> tuple[dict, list[dict]]:
     """Section 1 rows and notes (probes vs references, interleaved rounds), and its statistics series."""
-    from hwopt import probe
+    from hwopt.machine import probe
 
     rounds = 3 if quick else 6
     caches = cache_sizes_bytes()
@@ -156,7 +156,7 @@ def sweep_sizes(quick: bool) -> list[int]:
 
 def bandwidth_sweep(build_dir: Path, *, quick: bool, threads: int) -> tuple[list[dict], list[str]]:
     """GB/s vs bytes per array, from L1-sized to DRAM-sized: C STREAM Triad/Copy and the toolkit's probe."""
-    from hwopt import probe
+    from hwopt.machine import probe
 
     notes, series = [], []
     try:

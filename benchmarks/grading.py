@@ -85,9 +85,9 @@ def patched(owner, name: str, value):
 def sandbox_state() -> tuple[str | None, bool]:
     """(why the kit's sandbox cannot start here, None if it can; whether unsandboxed grading is allowed)."""
     try:
-        from hwopt.grading import sandbox
+        from hwopt.course.grading import sandbox
     except ImportError as exc:
-        return f"hwopt.grading.sandbox is not importable ({exc})", False
+        return f"hwopt.course.grading.sandbox is not importable ({exc})", False
     return sandbox.why_unavailable(), sandbox.unsandboxed_allowed()
 
 

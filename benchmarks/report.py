@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hwopt.bench import NOISE_THRESHOLD, Measurement, speedup
+from hwopt.machine.bench import NOISE_THRESHOLD, Measurement, speedup
 
 SCHEMA_VERSION = 2  # 2: course_cost.grading_honest (the grading goal); course_cost.grading is the sample mix
 NOTEBOOK_GOAL_S = 90.0  # headless execution of one lesson or assignment notebook on a 2-core CPU
@@ -22,7 +22,7 @@ VERDICTS = (MEETS, BELOW, NO_GOAL, UNAVAILABLE)
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
-    """Quantile q in [0, 1] with linear interpolation (numpy's default, as hwopt.bench uses)."""
+    """Quantile q in [0, 1] with linear interpolation (numpy's default, as hwopt.machine.bench uses)."""
     return float(np.percentile(np.asarray(values, dtype=float), 100 * q))
 
 
@@ -40,7 +40,7 @@ def verdict(ratio: float | None, goal: float | None) -> str:
 def time_stats(m: Measurement) -> dict:
     """Per-call time statistics of a Measurement, in ms: median, q1, q3, iqr, best (= min)."""
     if not isinstance(m, Measurement):
-        raise ValueError(f"m must be a hwopt.bench.Measurement, got {type(m).__name__}")
+        raise ValueError(f"m must be a hwopt.machine.bench.Measurement, got {type(m).__name__}")
     return {
         "label": m.label, "unit": "ms", "median": m.median_ms, "q1": m.q1_s * 1e3, "q3": m.q3_s * 1e3,
         "iqr": m.iqr_ms, "best": m.min_ms, "relative_iqr": m.relative_iqr, "repeats": m.repeats,

@@ -1,6 +1,14 @@
-"""hwopt: the toolkit of the course Hardware Optimization for ML.
+"""hwopt: the toolkit of the course Hardware Optimization for ML, in layers; each imports only those above it.
 
-One module per idea (hardware, specs, bench, roofline, probe, ...); lessons and assignments import it.
+- formats, arguments, plots, widgets: the vocabulary of number formats, the one argument checker, the one
+  plotting style and the sliders; every layer below uses them.
+- machine/ (measuring the machine): hardware (what is this machine), specs (the chip table, data/chips.csv),
+  bench (timing), probe (live ceilings: GB/s, FLOP/s), card (the machine card).
+- cost/ (models of cost): roofline, costs (time and dollars per chip), batching, serving (queueing),
+  footprint (memory capacity: weights + KV cache + activations).
+- experiments/ (what the lessons run): roofline_points, decode, lowbit_gemv, tiny_decoder, precision,
+  classifier, fusion, ort, profiling.
+- course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox), colab.
 """
 
 __version__ = "0.1.0"

@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None, probe_fn=None) -> int:
     """Run the CLI; returns the exit status (2 with a message on bad input)."""
-    from hwopt.card import machine_card
+    from hwopt.machine.card import machine_card
 
     args = build_parser().parse_args(argv)
     dtypes = None if args.dtypes is None else [d.strip() for d in args.dtypes.split(",") if d.strip()]

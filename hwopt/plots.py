@@ -91,11 +91,11 @@ def measurement_band(
     label: str | None = None,
     color: str | None = None,
 ):
-    """band() of timing measurements (hwopt.bench.Measurement): median with the IQR shaded, in `unit`."""
+    """band() of timing measurements (bench.Measurement): median with the IQR shaded, in `unit`."""
     if unit not in TIME_UNITS:
         raise ValueError(f"unit must be one of {sorted(TIME_UNITS)}; got {unit!r}")
     if not all(hasattr(m, "median_s") and hasattr(m, "q1_s") and hasattr(m, "q3_s") for m in measurements):
-        raise ValueError("measurements must be hwopt.bench.Measurement objects (median_s, q1_s, q3_s)")
+        raise ValueError("measurements must be bench.Measurement objects (median_s, q1_s, q3_s)")
     k = TIME_UNITS[unit]
     return band(
         ax,

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "autograder"))
 import samples  # noqa: E402
 
-from hwopt.grading.notebooks import HIDDEN_BEGIN, hidden_region, strip_hidden_tests  # noqa: E402
+from hwopt.course.grading.notebooks import HIDDEN_BEGIN, hidden_region, strip_hidden_tests  # noqa: E402
 
 
 def nbg(cell) -> dict:
@@ -70,5 +70,6 @@ def test_quiz_answers_cannot_be_read_from_the_visible_tests():
 def test_nothing_graded_depends_on_time_or_the_machine():
     for assignment in samples.ASSIGNMENTS:
         text = nbformat.writes(samples.load("source", assignment))
-        for needle in ("import time", "perf_counter", "time.time", "torch.cuda", "probe", "hwopt.bench"):
+        for needle in ("import time", "perf_counter", "time.time", "torch.cuda", "probe",
+                       "hwopt.machine.bench"):
             assert needle not in text, f"{assignment}: {needle}"

@@ -1,12 +1,12 @@
-"""hwopt.batching: a sweep's throughput, knee and latency budget (every edge case), the model, its fit."""
+"""cost.batching: a sweep's throughput, knee and latency budget (every edge case), the model, its fit."""
 
 import numpy as np
 import pytest
 
-from hwopt import batching as bt
-from hwopt import bench
+from hwopt.cost import batching as bt
+from hwopt.machine import bench
 
-pytestmark = pytest.mark.filterwarnings("ignore::hwopt.bench.NoisyMeasurementWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::hwopt.machine.bench.NoisyMeasurementWarning")
 
 
 def sweep_of(batch_sizes, latencies_ms):

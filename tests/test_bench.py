@@ -1,4 +1,4 @@
-"""hwopt.bench: behaviour of the timing harness under fake clocks (no real wall-clock assertions)."""
+"""machine.bench: behaviour of the timing harness under fake clocks (no real wall-clock assertions)."""
 
 import warnings
 
@@ -9,8 +9,8 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from hwopt import bench  # noqa: E402
-from hwopt.bench import Measurement  # noqa: E402
+from hwopt.machine import bench  # noqa: E402
+from hwopt.machine.bench import Measurement  # noqa: E402
 
 
 class FakeClock:

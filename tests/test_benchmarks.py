@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `benchmarks` is a folder of the repository, not part of the installed toolkit
 
 from benchmarks import effects, fidelity, figures, grading, native, report  # noqa: E402
-from hwopt.bench import Measurement  # noqa: E402
+from hwopt.machine.bench import Measurement  # noqa: E402
 
 
 def m(label, times):
@@ -31,7 +31,7 @@ def rate(label="probe", values=(9.0, 10.0, 11.0), unit="GB/s"):
 def fake_doc(**changes):
     slow, fast = m("fp32", [4e-3, 5e-3, 6e-3]), m("int8", [1e-3, 1e-3, 2e-3])
     rows = [report.speedup_row("int8 / fp32", slow, fast, goal=2.5, note="decode GEMV"),
-            report.unavailable_row("fused / unfused", "hwopt.fusion is not in the toolkit", goal=2.0)]
+            report.unavailable_row("fused / unfused", "fusion is not in the toolkit", goal=2.0)]
     triad = rate("triad", (11.0, 12.0))
     fid = [report.fidelity_row("bandwidth probe / STREAM Triad", rate(), triad, goal=0.9)]
     doc = {
@@ -114,7 +114,7 @@ def test_fidelity_row_divides_the_probe_median_by_the_reference_median():
 
 
 def test_unavailable_row_says_why():
-    row = report.unavailable_row("fused", "hwopt.fusion missing", goal=2.0)
+    row = report.unavailable_row("fused", "hwopt.experiments.fusion missing", goal=2.0)
     assert row["verdict"] == report.UNAVAILABLE and row["ratio"] is None and "missing" in row["note"]
     with pytest.raises(ValueError, match="reason"):
         report.unavailable_row("fused", "")
@@ -164,7 +164,7 @@ def test_markdown_shows_machine_ratios_verdicts_and_reasons():
     md = report.render_markdown(fake_doc())
     assert "CPU  test machine" in md and "make bench ARGS=--quick" in md
     assert "| int8 / fp32 | **5.00**" in md and "meets goal" in md and ">= 2.50" in md
-    assert "not available" in md and "hwopt.fusion is not in the toolkit" in md
+    assert "not available" in md and "fusion is not in the toolkit" in md
     assert "| notebooks/02_x.ipynb | 120 | ok | <= 90.0 s | below goal |" in md
     assert "| 2 | 8 | 40.0 | 5.00 |" in md  # integers stay integers in tables
     assert "5.00 s per submission-notebook" in md and "UserWarning: careful" in md
@@ -194,9 +194,9 @@ def test_the_grading_goal_row_says_why_it_is_not_available():
 
 def test_markdown_says_when_grading_was_not_available():
     doc = fake_doc()
-    doc["course_cost"]["grading"] = {"available": False, "reason": "hwopt.grading is not in the toolkit"}
+    doc["course_cost"]["grading"] = {"available": False, "reason": "grading is not in the toolkit"}
     md = report.render_markdown(doc)
-    assert "Grading the sample mix: not available (hwopt.grading is not in the toolkit)" in md
+    assert "Grading the sample mix: not available (grading is not in the toolkit)" in md
     assert "Grading an honest class, serially, every kernel in the grading sandbox" in md
 
 
@@ -285,7 +285,7 @@ def test_need_names_the_missing_module_or_function():
     with pytest.raises(effects.Unavailable, match="hwopt.no_such_module"):
         effects.need("no_such_module")
     with pytest.raises(effects.Unavailable, match="no_such_function"):
-        effects.need("bench", "no_such_function")
+        effects.need("machine.bench", "no_such_function")
 
 
 def test_effects_become_rows_even_when_lesson_code_is_missing_or_broken(monkeypatch):
@@ -297,7 +297,7 @@ def test_effects_become_rows_even_when_lesson_code_is_missing_or_broken(monkeypa
                              [effects.Comparison("ok", 1.5, ["slow"], ["fast"])])
 
     def missing(quick):
-        raise effects.Unavailable("hwopt.fusion is not in the toolkit")
+        raise effects.Unavailable("hwopt.experiments.fusion is not in the toolkit")
 
     def broken(quick):
         raise RuntimeError("kaputt")
@@ -306,7 +306,7 @@ def test_effects_become_rows_even_when_lesson_code_is_missing_or_broken(monkeypa
                                                       (broken, [("broken", None)])])
     ok, gone, bad = section["rows"]
     assert ok["ratio"] == pytest.approx(5.0) and ok["verdict"] == report.MEETS
-    assert gone["verdict"] == report.UNAVAILABLE and "hwopt.fusion" in gone["note"]
+    assert gone["verdict"] == report.UNAVAILABLE and "hwopt.experiments.fusion" in gone["note"]
     assert bad["verdict"] == report.UNAVAILABLE and "kaputt" in bad["note"]
 
 
@@ -335,7 +335,7 @@ def test_cache_sizes_sum_private_caches_over_the_cpus(tmp_path, monkeypatch):
 def test_without_a_compiler_the_report_says_so_instead_of_failing(monkeypatch, tmp_path):
     import numpy as np
 
-    from hwopt import probe
+    from hwopt.machine import probe
 
     def no_compiler(cc=None):
         raise native.NativeUnavailable("no C compiler found ('gcc' is not on PATH): C references skipped")

@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from hwopt import colab
+from hwopt.course import colab
 
 ROOT = colab.ROOT
 CHROMIUM = Path("/usr/bin/chromium")

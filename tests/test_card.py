@@ -1,4 +1,4 @@
-"""hwopt.card and `python -m hwopt info`: the machine card as data, text and JSON; fake probes and GPUs."""
+"""machine.card and `python -m hwopt info`: the machine card as data, text and JSON; fake probes and GPUs."""
 
 import json
 import subprocess
@@ -8,10 +8,11 @@ import types
 import pytest
 
 from hwopt import __main__ as cli
-from hwopt import card as card_module
-from hwopt import hardware, roofline, specs
-from hwopt.card import machine_card
-from hwopt.hardware import GPUInfo
+from hwopt.cost import roofline
+from hwopt.machine import card as card_module
+from hwopt.machine import hardware, specs
+from hwopt.machine.card import machine_card
+from hwopt.machine.hardware import GPUInfo
 
 
 def fake_probe(bandwidth_gbs=24.0, **flops):
@@ -97,9 +98,9 @@ def test_card_with_fake_probe_computes_ridges_and_closest_chips(here):
 
 
 def test_card_on_a_fake_cuda_gpu_compares_measured_with_spec(monkeypatch, here):
-    import hwopt.bench
+    import hwopt.machine.bench
 
-    monkeypatch.setattr(hwopt.bench, "resolve_device", lambda device="auto": "cuda")
+    monkeypatch.setattr(hwopt.machine.bench, "resolve_device", lambda device="auto": "cuda")
     probe_fn = fake_probe(1631.2, float32=18.5e12, bfloat16=280.8e12)
     c = machine_card(probe=True, device="cuda", machine=gpu_machine(here), probe_fn=probe_fn)
     assert c.device == "cuda" and c.device_spec.name == "NVIDIA A100 80GB SXM"
@@ -110,9 +111,9 @@ def test_card_on_a_fake_cuda_gpu_compares_measured_with_spec(monkeypatch, here):
 
 
 def test_card_on_a_known_gpu_without_probe_lists_spec_neighbours(monkeypatch, here):
-    import hwopt.bench
+    import hwopt.machine.bench
 
-    monkeypatch.setattr(hwopt.bench, "resolve_device", lambda device="auto": "cuda")
+    monkeypatch.setattr(hwopt.machine.bench, "resolve_device", lambda device="auto": "cuda")
     c = machine_card(device="cuda", machine=gpu_machine(here, "Tesla T4"))
     assert c.device_spec.name == "NVIDIA T4"
     assert len(c.closest) == 3 and all(ch.name != "NVIDIA T4" for ch, _ in c.closest)

@@ -1,10 +1,10 @@
-"""hwopt.classifier: the digits load without downloads, the MLP learns them, accuracy helpers are exact."""
+"""experiments.classifier: digits load without downloads, the MLP learns them, accuracy helpers are exact."""
 
 import numpy as np
 import pytest
 import torch
 
-from hwopt import classifier
+from hwopt.experiments import classifier
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from hwopt import colab
+from hwopt.course import colab
 
 ROOT = colab.ROOT
 SYNCED = colab.lesson_paths() + colab.source_paths()
@@ -20,9 +20,9 @@ def test_every_student_notebook_starts_with_the_current_setup_cell(relative_path
     first = nbformat.read(ROOT / relative_path, as_version=4).cells[0]
     assert first.cell_type == "code" and colab.SETUP_TAG in first.metadata.get("tags", []), (
         f"{relative_path}: the first cell should be the code cell tagged {colab.SETUP_TAG!r}; "
-        "run `python -m hwopt.colab sync`"
+        "run `python -m hwopt.course.colab sync`"
     )
-    hint = "run `python -m hwopt.colab sync`"
+    hint = "run `python -m hwopt.course.colab sync`"
     if "release" in relative_path.parts:
         hint += ", then regenerate release/ with `make release`"
     assert first.source == colab.setup_cell_source(relative_path), f"{relative_path}: stale; {hint}"
@@ -31,7 +31,7 @@ def test_every_student_notebook_starts_with_the_current_setup_cell(relative_path
 def test_readme_lists_every_student_notebook_with_a_colab_badge():
     readme = (ROOT / "README.md").read_text()
     assert colab.synced_readme(readme, colab.readme_block()) == readme, (
-        "README's notebook list is out of date: run `python -m hwopt.colab sync`"
+        "README's notebook list is out of date: run `python -m hwopt.course.colab sync`"
     )
     for notebook in colab.student_notebooks():
         assert f"]({notebook.path.as_posix()})" in readme, f"README should link {notebook.path}"
@@ -44,8 +44,8 @@ def test_badges_and_setup_cells_use_the_one_repository_url():
     for link in (part.split(")")[0] for part in readme.split("(https://colab.research.google.com/github/")[1:]):
         assert link.startswith(f"{github}/blob/{colab.BRANCH}/"), f"badge points elsewhere: {link}"
     assert colab.REPO_URL in colab.setup_cell_source("notebooks/x.ipynb")
-    # The address is written once in the code: hwopt/colab.py; everything else is generated from it.
-    for path in [*ROOT.glob("hwopt/*.py"), *ROOT.glob("tests/*.py"), ROOT / "Makefile"]:
+    # The address is written once in the code: hwopt/course/colab.py; everything else is generated from it.
+    for path in [*ROOT.glob("hwopt/**/*.py"), *ROOT.glob("tests/*.py"), ROOT / "Makefile"]:
         if path.name != "colab.py":
             assert colab.REPO_URL not in path.read_text(), f"{path.name} repeats the repository URL"
 

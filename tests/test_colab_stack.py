@@ -1,7 +1,7 @@
 """The toolkit works on Colab's stack: ipywidgets 7.7.1 (+ widgetsnbextension 3.6), and no GPU to find.
 
 A second environment = this one's packages with Colab's widget versions in front (an overlay folder on
-PYTHONPATH, built by `make colab-overlay` from hwopt.colab.COLAB_WIDGET_PINS): the widget tests and one
+PYTHONPATH, built by `make colab-overlay` from hwopt.course.colab.COLAB_WIDGET_PINS): the widget tests and one
 lesson run there headless, in fresh processes.
 """
 
@@ -14,7 +14,7 @@ import sys
 import nbformat
 import pytest
 
-from hwopt import colab
+from hwopt.course import colab
 
 ROOT = colab.ROOT
 OVERLAY = ROOT / ".venv-colab-overlay"
@@ -82,7 +82,7 @@ def test_widget_builders_and_explorers_work_with_ipywidgets_7(colab_env):
 
 def test_gpu_detection_falls_back_to_the_cpu_without_raising(colab_env):
     code = (
-        "from hwopt import bench, hardware\n"
+        "from hwopt.machine import bench, hardware\n"
         "info = hardware.machine()\n"
         "print(bench.resolve_device('auto'), len(info.gpus))\n"
     )

@@ -1,10 +1,11 @@
-"""hwopt.costs: roofline time and USD per 1M inferences vs hand-computed numbers, chip choice, bad input."""
+"""cost.costs: roofline time and USD per 1M inferences vs hand-computed numbers, chip choice, bad input."""
 
 import dataclasses
 
 import pytest
 
-from hwopt import costs, specs
+from hwopt.cost import costs
+from hwopt.machine import specs
 
 
 def chip(name, fp32=10.0, fp16=None, int8=None, bw=1000.0, mem=16.0, price=1.0, per_instance=1):

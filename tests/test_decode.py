@@ -1,4 +1,4 @@
-"""hwopt.decode: estimates by hand, quantizer round trips, every path (numpy, torch, ORT) vs the oracle."""
+"""experiments.decode: estimates by hand, quantizer round-trips, each path (numpy, torch, ORT) vs oracle."""
 
 import itertools
 import time
@@ -6,9 +6,10 @@ import time
 import numpy as np
 import pytest
 
-from hwopt import bench, decode
+from hwopt.experiments import decode
+from hwopt.machine import bench
 
-pytestmark = pytest.mark.filterwarnings("ignore::hwopt.bench.NoisyMeasurementWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::hwopt.machine.bench.NoisyMeasurementWarning")
 
 
 def test_weights_gb_and_tokens_per_s_by_hand():
@@ -167,7 +168,7 @@ def test_time_paths_settles_each_path_before_timing_it():
 
 
 def test_decode_paths_include_the_c_kernel_when_it_builds(stack, monkeypatch):
-    from hwopt import lowbit_gemv
+    from hwopt.experiments import lowbit_gemv
 
     if lowbit_gemv.unavailable_reason() is None:
         paths = decode.decode_paths(stack, threads=1)

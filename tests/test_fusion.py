@@ -1,9 +1,10 @@
-"""hwopt.fusion: byte counts of the elementwise chain, predictions, the chain vs its formula, widget."""
+"""experiments.fusion: byte counts of the elementwise chain, predictions, the chain vs its formula, widget."""
 
 import pytest
 import torch
 
-from hwopt import fusion, widgets
+from hwopt import widgets
+from hwopt.experiments import fusion
 
 
 def test_passes_and_bytes_of_the_lesson_chain():
@@ -68,7 +69,7 @@ def test_bad_input(call, match):
 
 
 def test_report_rows_and_table():
-    from hwopt.bench import Measurement
+    from hwopt.machine.bench import Measurement
 
     results = {
         "eager": Measurement("eager", (0.009, 0.009, 0.009)),

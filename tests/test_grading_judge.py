@@ -1,4 +1,4 @@
-"""hwopt.grading.judge and .collect: cases per student, plain values only, a verdict that fails closed."""
+"""course.grading.judge and .collect: cases per student, plain values only, a verdict that fails closed."""
 
 import json
 import math
@@ -8,7 +8,7 @@ import stat
 import numpy as np
 import pytest
 
-from hwopt.grading import collect, judge
+from hwopt.course.grading import collect, judge
 
 WHO = {"assignment": "a", "notebook": "a", "grade_id": "test_f"}
 
@@ -23,7 +23,7 @@ def test_the_secret_comes_from_the_environment_or_its_file(tmp_path):
 
 
 def test_no_secret_stops_grading_and_says_how_to_make_one(tmp_path):
-    with pytest.raises(judge.MissingSecret, match="python -m hwopt.grading secret"):
+    with pytest.raises(judge.MissingSecret, match="python -m hwopt.course.grading secret"):
         judge.load_secret({"HWOPT_GRADER_SECRET_FILE": str(tmp_path / "none")})
 
 

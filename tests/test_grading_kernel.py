@@ -1,11 +1,11 @@
-"""hwopt.grading.kernel: the grading kernel's resource limits, read from the environment."""
+"""course.grading.kernel: the grading kernel's resource limits, read from the environment."""
 
 import subprocess
 import sys
 
 import pytest
 
-from hwopt.grading import kernel
+from hwopt.course.grading import kernel
 
 
 def test_limits_come_from_the_environment_in_the_kernels_units():
@@ -28,7 +28,7 @@ def test_an_unknown_limit_is_named():
 
 
 def test_set_limits_lowers_soft_and_hard_limits_of_the_process():
-    code = ("import resource; from hwopt.grading import kernel\n"
+    code = ("import resource; from hwopt.course.grading import kernel\n"
             "print(kernel.set_limits({'HWOPT_GRADER_MEMORY_GB': '3', 'HWOPT_GRADER_CPU_S': '50',"
             " 'HWOPT_GRADER_MAX_PROCESSES': '500'}))\n"
             "for name in ('RLIMIT_AS', 'RLIMIT_CPU', 'RLIMIT_NPROC'):\n"

@@ -1,8 +1,8 @@
-"""hwopt.grading.notebooks: hidden regions of grade cells, LMS/Colab notebook names."""
+"""course.grading.notebooks: hidden regions of grade cells, LMS/Colab notebook names."""
 
 import pytest
 
-from hwopt.grading import notebooks
+from hwopt.course.grading import notebooks
 
 
 def test_strip_hidden_tests_removes_the_region_and_delimiters():

@@ -1,11 +1,11 @@
-"""hwopt.grading.plugins: what a judged grade cell shows, and the score nbgrader reads from it."""
+"""course.grading.plugins: what a judged grade cell shows, and the score nbgrader reads from it."""
 
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_output
 from nbgrader.utils import determine_grade
 
-from hwopt.grading import judge, plugins
+from hwopt.course.grading import judge, plugins
 
 
 def grade_cell(outputs):

@@ -1,12 +1,12 @@
-"""hwopt.grading.reference: each assignment's reference runs here and every grade cell declares checks."""
+"""course.grading.reference: each assignment's reference runs here and every grade cell declares checks."""
 
 import sys
 from pathlib import Path
 
 import pytest
 
-from hwopt.grading import judge
-from hwopt.grading.reference import Reference
+from hwopt.course.grading import judge
+from hwopt.course.grading.reference import Reference
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "autograder"))

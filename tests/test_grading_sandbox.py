@@ -1,4 +1,4 @@
-"""hwopt.grading.sandbox: a grading kernel sees its own folder only, no network, and cannot signal anyone."""
+"""course.grading.sandbox: a grading kernel sees its own folder only, no network, and cannot signal anyone."""
 
 import asyncio
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 
-from hwopt.grading import sandbox
+from hwopt.course.grading import sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow

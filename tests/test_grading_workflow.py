@@ -90,5 +90,5 @@ def test_autograde_without_the_instructor_secret_grades_nobody(tmp_path):
     nbgrader(course, "generate_assignment", "batching")
     samples.write_submissions(course / "submitted", {"ada": "correct"}, targets_only=False)
     log = nbgrader(course, "autograde", "batching", secret=None, check=False)
-    assert "No grading secret" in log and "python -m hwopt.grading secret" in log
+    assert "No grading secret" in log and "python -m hwopt.course.grading secret" in log
     assert not (course / "autograded" / "ada" / "batching" / "batching.ipynb").exists()

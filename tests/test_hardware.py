@@ -1,4 +1,4 @@
-"""hwopt.hardware: each platform's sources parsed (Linux x86/ARM, macOS), CUDA through a fake torch."""
+"""machine.hardware: each platform's sources parsed (Linux x86/ARM, macOS), CUDA through a fake torch."""
 
 import builtins
 import json
@@ -6,8 +6,8 @@ import types
 
 import pytest
 
-from hwopt import hardware
-from hwopt.hardware import GPUInfo, MachineInfo
+from hwopt.machine import hardware
+from hwopt.machine.hardware import GPUInfo, MachineInfo
 
 # Two sockets, two cores each, two threads per core: 8 logical, 4 physical.
 CPUINFO_SPR = "\n\n".join(

@@ -2,7 +2,9 @@
 
 import pytest
 
-from hwopt import batching, bench, costs, decode, serving
+from hwopt.cost import batching, costs, serving
+from hwopt.experiments import decode
+from hwopt.machine import bench
 
 
 @pytest.fixture

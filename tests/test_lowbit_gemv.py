@@ -1,9 +1,9 @@
-"""hwopt.lowbit_gemv: weight layouts by hand; the C kernel (vectorized and portable) vs its numpy model."""
+"""experiments.lowbit_gemv: weight layouts by hand; C kernel (vectorized, portable) vs its numpy model."""
 
 import numpy as np
 import pytest
 
-from hwopt import decode, lowbit_gemv
+from hwopt.experiments import decode, lowbit_gemv
 
 REASON = lowbit_gemv.unavailable_reason()
 needs_kernel = pytest.mark.skipif(REASON is not None, reason=f"C kernel unavailable: {REASON}")

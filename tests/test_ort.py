@@ -1,4 +1,4 @@
-"""hwopt.ort: export, sessions, graph optimization, int8 quantization (checked against the FP32 oracle),
+"""experiments.ort: export, sessions, graph optimization, int8 quantization (checked against the FP32 oracle),
 and the TensorRT / CUDA provider choices (tested without a GPU)."""
 
 import numpy as np
@@ -6,8 +6,8 @@ import onnx
 import pytest
 import torch
 
-from hwopt import classifier
-from hwopt import ort as hort
+from hwopt.experiments import classifier
+from hwopt.experiments import ort as hort
 
 
 @pytest.fixture(scope="module")

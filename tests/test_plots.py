@@ -1,4 +1,4 @@
-"""hwopt.plots: the shared plotting style."""
+"""plots: the shared plotting style."""
 
 import matplotlib
 
@@ -63,7 +63,7 @@ def test_finish_adds_legend_only_with_labels_and_returns_closed_figure():
 
 
 def test_measurement_band_plots_medians_and_iqr_in_the_chosen_unit():
-    from hwopt.bench import Measurement
+    from hwopt.machine.bench import Measurement
 
     ms = [Measurement("a", (1e-3, 2e-3, 3e-3)), Measurement("b", (2e-3, 4e-3, 6e-3))]
     ax = plots.axes("batch size", "latency (ms)")

@@ -1,9 +1,10 @@
-"""hwopt.precision: quantization formulas, error maps, model accuracy and sizes, verdicts, the widget."""
+"""experiments.precision: quantizer formulas, error maps, model accuracy and sizes, verdicts, the widget."""
 
 import pytest
 import torch
 
-from hwopt import classifier, precision, widgets
+from hwopt import widgets
+from hwopt.experiments import classifier, precision
 
 
 @pytest.fixture(scope="module")

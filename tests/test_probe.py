@@ -1,4 +1,4 @@
-"""hwopt.probe: byte/FLOP accounting with fake clocks, the size sweep's budget, bad input, one smoke probe."""
+"""machine.probe: bytes/FLOPs with fake clocks, the size sweep's budget, bad input, one smoke probe."""
 
 import math
 import warnings
@@ -6,7 +6,8 @@ import warnings
 import pytest
 import torch
 
-from hwopt import probe, roofline
+from hwopt.cost import roofline
+from hwopt.machine import probe
 
 
 class StepClock:

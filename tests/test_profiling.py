@@ -1,4 +1,4 @@
-"""hwopt.profiling: the slow and fixed pipelines agree, the profiler sees the categories, traces are written,
+"""experiments.profiling: slow, fixed pipelines agree; the profiler sees the categories, traces are written,
 CUDA activities are chosen for a GPU (tested without one), and the Nsight commands are well formed."""
 
 import json
@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity
 
-from hwopt import profiling
+from hwopt.experiments import profiling
 
 
 @pytest.fixture(scope="module")

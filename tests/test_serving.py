@@ -1,9 +1,9 @@
-"""hwopt.serving: dynamic batching (determinism, limits, hand-checked cases); continuous batching."""
+"""cost.serving: dynamic batching (determinism, limits, hand-checked cases); continuous batching."""
 
 import numpy as np
 import pytest
 
-from hwopt import serving as sv
+from hwopt.cost import serving as sv
 
 
 def test_arrivals_are_poisson_and_seeded():

@@ -1,4 +1,4 @@
-"""hwopt.specs and data/chips.csv: a valid, sourced table; lookups, peaks, ridge points, closest chips."""
+"""machine.specs and data/chips.csv: a valid, sourced table; lookups, peaks, ridge points, closest chips."""
 
 import csv
 import datetime as dt
@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from hwopt import roofline, specs
+from hwopt.cost import roofline
+from hwopt.machine import specs
 
 ROWS = list(csv.DictReader(open(specs.CHIPS_CSV, encoding="utf-8")))
 

@@ -1,11 +1,11 @@
-"""hwopt.tiny_decoder: KV-cached decode matches a full forward pass (the oracle); bytes; tokens/s."""
+"""experiments.tiny_decoder: KV-cached decode matches a full forward pass (the oracle); bytes; tokens/s."""
 
 import pytest
 import torch
 
-from hwopt import tiny_decoder as td
+from hwopt.experiments import tiny_decoder as td
 
-pytestmark = pytest.mark.filterwarnings("ignore::hwopt.bench.NoisyMeasurementWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::hwopt.machine.bench.NoisyMeasurementWarning")
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def test_bad_input(model):
 
 def test_tokens_per_s_cuda_path_synchronises_on_cpu(model, monkeypatch):
     """The GPU branch (device placement, synchronised timing) runs with a fake 'cuda' mapped to the CPU."""
-    from hwopt import bench
+    from hwopt.machine import bench
 
     syncs = []
     monkeypatch.setattr(bench, "resolve_device", lambda device="auto": "cuda")

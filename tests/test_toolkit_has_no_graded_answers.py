@@ -16,15 +16,16 @@ sys.path.insert(0, str(ROOT / "autograder"))
 import samples  # noqa: E402
 
 # Modules that measure or start things (timers, probes, compilers, widgets): they own no cost-model answer.
-SKIP = ("hwopt.grading", "hwopt.bench", "hwopt.probe", "hwopt.hardware", "hwopt.card", "hwopt.kernels",
-        "hwopt.lowbit_gemv", "hwopt.ort", "hwopt.profiling", "hwopt.widgets", "hwopt.plots", "hwopt.colab",
-        "hwopt.__main__")
+SKIP = ("hwopt.course", "hwopt.machine.bench", "hwopt.machine.probe", "hwopt.machine.hardware",
+        "hwopt.machine.card",
+        "hwopt.experiments.roofline_points", "hwopt.experiments.lowbit_gemv", "hwopt.experiments.ort",
+        "hwopt.experiments.profiling", "hwopt.widgets", "hwopt.plots", "hwopt.__main__")
 
 TRY_EVERY_FUNCTION = r"""
 import importlib, inspect, json, pkgutil, resource, signal, sys
 import hwopt
-from hwopt.grading import collect, judge
-from hwopt.grading.reference import Reference
+from hwopt.course.grading import collect, judge
+from hwopt.course.grading.reference import Reference
 
 assignment, skip = sys.argv[1], tuple(json.loads(sys.argv[2]))
 resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))

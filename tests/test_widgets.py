@@ -1,4 +1,4 @@
-"""hwopt.widgets: controls build with units, and moving a control re-runs the pure function."""
+"""widgets: controls build with units, and moving a control re-runs the pure function."""
 
 import ipywidgets
 import pytest

@@ -1,7 +1,7 @@
 """The reference solution of an assignment notebook (source/), run in the grading process, and its checks.
 
 The instructor's notebook runs here top to bottom, hidden regions left out, exactly as a student's kernel
-runs it; each grade cell's hidden region then declares its checks (hwopt.grading.judge). Expected outcomes
+runs it; each grade cell's hidden region then declares its checks (grading.judge). Expected outcomes
 are the reference's answers to the same calls, through the same JSON conversion the student's kernel uses.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import nbformat
 
-from hwopt.grading import collect, judge
-from hwopt.grading.notebooks import hidden_region, strip_hidden_tests
+from hwopt.course.grading import collect, judge
+from hwopt.course.grading.notebooks import hidden_region, strip_hidden_tests
 
 
 def grade_id(cell) -> str | None:

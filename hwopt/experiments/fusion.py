@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hwopt import bench
+from hwopt.machine import bench
 
 CHAIN_OPS = 4  # add bias, gelu, add residual, scale
 CHAIN_EXTRA_INPUTS = 1  # residual: a full-size tensor; bias (cols,) and scale (scalar) are negligible

@@ -9,7 +9,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from hwopt import hardware, roofline, specs
+from hwopt.cost import roofline
+from hwopt.machine import hardware, specs
 
 
 def _tokens(text: str) -> set[str]:
@@ -129,7 +130,7 @@ class MachineCard:
 
 
 def _default_probe(device: str, dtypes, quick: bool):
-    from hwopt import probe as probe_module
+    from hwopt.machine import probe as probe_module
 
     return probe_module.probe(device=device, dtypes=dtypes, quick=quick)
 
@@ -139,14 +140,14 @@ def machine_card(probe: bool = False, device: str = "auto", dtypes=None, quick: 
     """Build the card; probe=True measures bandwidth and matmul FLOP/s on device (quick: seconds per dtype).
 
     dtypes: matmul dtypes to probe (None: the probe's defaults for the device);
-    probe_fn(device, dtypes, quick) replaces hwopt.probe.probe (tests); machine replaces hardware.machine().
+    probe_fn(device, dtypes, quick) replaces probe.probe (tests); machine replaces hardware.machine().
     """
-    from hwopt import bench
+    from hwopt.machine import bench
 
     if not isinstance(probe, bool):
         raise ValueError(f"probe must be True or False; got {probe!r}")
     if dtypes is not None:
-        from hwopt.probe import canonical_dtype
+        from hwopt.machine.probe import canonical_dtype
 
         if isinstance(dtypes, str) or not dtypes:
             raise ValueError(f"dtypes must be None or a non-empty list like ['float32']; got {dtypes!r}")

@@ -1,6 +1,6 @@
 """Serving (lesson 3): dynamic batching of requests that arrive at random, simulated on a batch cost model.
 
-A batch of b requests takes overhead_ms + b * per_item_ms (see hwopt.batching). Requests arrive as a Poisson
+A batch of b requests takes overhead_ms + b * per_item_ms (see cost.batching). Requests arrive as a Poisson
 process; the server starts a batch when it is free and either max_batch_size requests wait or the oldest has
 waited max_wait_ms. Everything is deterministic for a given seed.
 """

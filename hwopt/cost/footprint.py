@@ -14,9 +14,9 @@ import difflib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hwopt.precision import bytes_per_weight
+from hwopt.experiments.precision import bytes_per_weight
 
-SHAPES_CSV = Path(__file__).resolve().parent.parent / "data" / "model_shapes.csv"
+SHAPES_CSV = Path(__file__).resolve().parents[2] / "data" / "model_shapes.csv"
 GB = 1e9
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from hwopt.classifier import Digits, accuracy
+from hwopt.experiments.classifier import Digits, accuracy
 
 PRECISION_BITS = {"fp32": 32, "fp16": 16, "bf16": 16, "int8": 8, "int4": 4, "int2": 2}
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -252,8 +252,8 @@ def compare_variants(
     agreement (0..1) with the reference variant (the first one unless named: eager FP32 is the oracle)."""
     import warnings
 
-    from hwopt import bench
-    from hwopt.classifier import agreement
+    from hwopt.experiments.classifier import agreement
+    from hwopt.machine import bench
 
     if not predictors:
         raise ValueError("predictors must name at least one variant")

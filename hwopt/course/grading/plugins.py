@@ -26,10 +26,10 @@ from nbgrader.plugins import FileNameCollectorPlugin
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Integer
 
-from hwopt.grading import collect, judge
-from hwopt.grading.notebooks import normalise_notebook_name, normalise_source, strip_hidden_tests
-from hwopt.grading.reference import Reference, grade_id
-from hwopt.grading.sandbox import SandboxedKernelManager
+from hwopt.course.grading import collect, judge
+from hwopt.course.grading.notebooks import normalise_notebook_name, normalise_source, strip_hidden_tests
+from hwopt.course.grading.reference import Reference, grade_id
+from hwopt.course.grading.sandbox import SandboxedKernelManager
 
 COLLECT_SOURCE = Path(collect.__file__).read_text()
 _references: dict[tuple[str, float], Reference] = {}

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from hwopt import bench
+from hwopt.machine import bench
 
 
 class Block(nn.Module):

@@ -1,13 +1,13 @@
-"""Instructor commands: ``python -m hwopt.grading secret`` (once per course) and ``... sandbox`` (a check)."""
+"""Instructor commands: ``python -m hwopt.course.grading secret`` (once), ``... sandbox`` (a check)."""
 
 import argparse
 import sys
 
-from hwopt.grading import judge, sandbox
+from hwopt.course.grading import judge, sandbox
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hwopt.grading", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m hwopt.course.grading", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("secret", help=f"create the grading secret (default {judge.DEFAULT_SECRET_FILE}, or "
                                   f"${judge.SECRET_FILE_ENV}) unless one exists")

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from hwopt import bench
+from hwopt.machine import bench
 
 CATEGORIES = ("data", "preprocess", "compute")
 TRACE_DIR = Path("artifacts") / "traces"  # git-ignored
@@ -306,7 +306,7 @@ def nsys_stats_command(output: str = "pipeline_report") -> list[str]:
 PIPELINE_SCRIPT = '''"""Lesson 6's pipeline on a GPU for Nsight Systems: nsys profile ... pipeline.py"""
 import torch
 
-from hwopt import profiling
+from hwopt.experiments import profiling
 
 pipeline = profiling.make_pipeline(device="cuda")
 for _ in range(3):

@@ -4,7 +4,7 @@ Generating one token reads every weight once and does 2 FLOP per weight, far bel
 time ~ weight bytes / bandwidth and fewer bytes per weight means proportionally more tokens/s. The lesson's
 stack: `n_layers` residual layers h <- h + h @ B_i with B_i (d_model, d_model), together far larger than the
 last-level cache. fp32 runs in numpy and torch; int8 and int4 run in ONNX Runtime's quantized MatMul kernels;
-and a small C kernel written for this case (hwopt.lowbit_gemv) runs all three precisions, when a C compiler is
+and a small C kernel written for this case (lowbit_gemv) runs all three precisions, when a C compiler is
 present. The fp32 result in float64 is the oracle every path is checked against.
 """
 
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hwopt import bench, lowbit_gemv
+from hwopt.experiments import lowbit_gemv
+from hwopt.machine import bench
 
 # Stated tolerances: relative L2 error of the stack's output vs the fp32 oracle (4 layers, random weights).
 BYTES = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0, "int4": 0.5}  # bytes per weight of each precision
@@ -510,7 +511,7 @@ def speed_explorer(measured_bandwidth_gbs: float | None = None, chips=None):
     from hwopt import plots, widgets
 
     if chips is None:
-        from hwopt import specs
+        from hwopt.machine import specs
 
         chips = specs.load_chips()
     bandwidth = {c.name: c.bandwidth_gbs for c in chips}

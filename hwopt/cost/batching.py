@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hwopt import bench, plots
+from hwopt import plots
+from hwopt.machine import bench
 
 BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -128,7 +129,7 @@ def fit_latency_model(batch_sizes, latencies_ms, *, relative: bool = True) -> La
 def predicted_latency_ms(params: float, batch_size, peak_flops: float, bandwidth_gbs: float,
                          bytes_per_weight: float = 4.0) -> float:
     """Roofline latency (ms) of a dense model's batch: max(2 params b / peak, weight bytes / bandwidth)."""
-    from hwopt.costs import roofline_time_s
+    from hwopt.cost.costs import roofline_time_s
 
     b = _positive_int("batch_size", batch_size)
     return 1e3 * roofline_time_s(2.0 * params * b, params * bytes_per_weight, peak_flops, bandwidth_gbs)

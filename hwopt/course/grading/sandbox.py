@@ -62,7 +62,7 @@ def installed_toolkit() -> Path:
     """The hwopt package this interpreter imports from a neutral folder (what the kernel will import)."""
     out = subprocess.run([sys.executable, "-c", "import hwopt; print(hwopt.__file__)"], cwd="/",
                          capture_output=True, text=True, timeout=60)
-    return Path(out.stdout.strip()).resolve().parent if out.returncode == 0 else Path(__file__).parents[1]
+    return Path(out.stdout.strip()).resolve().parent if out.returncode == 0 else Path(__file__).parents[2]
 
 
 def environment_paths() -> list[Path]:

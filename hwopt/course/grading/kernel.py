@@ -1,6 +1,6 @@
-"""The grading kernel's launcher: resource limits, then ipykernel (`python -m hwopt.grading.kernel -f CONN`).
+"""Grading kernel launcher: resource limits, then ipykernel (`python -m hwopt.course.grading.kernel -f CONN`).
 
-It runs inside the sandbox (hwopt.grading.sandbox) and lowers its own limits before it becomes the kernel,
+It runs inside the sandbox (grading.sandbox) and lowers its own limits before it becomes the kernel,
 so nothing the student's code does can raise them again (raising a hard limit needs a capability the
 sandbox does not have). Each limit comes from an environment variable the grader sets:
 HWOPT_GRADER_MEMORY_GB (address space, GiB), HWOPT_GRADER_CPU_S (CPU seconds per process) and

@@ -1,8 +1,8 @@
 """Google Colab support: the course's public URL, the notebooks' setup cell, badges, and their sync.
 
-`python -m hwopt.colab sync` rewrites the first cell of every student notebook (lessons and nbgrader
+`python -m hwopt.course.colab sync` rewrites the first cell of every student notebook (lessons and nbgrader
 source versions) and the README's notebook list; `--check` only reports what is out of date (exit 1).
-`python -m hwopt.colab overlay DIR` installs Colab's widget versions into DIR (for the compatibility tests).
+`python -m hwopt.course.colab overlay DIR` puts Colab's widget versions into DIR (compatibility tests).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ REPO_URL = "https://github.com/hwopt-course/hardware-optimization-for-ml"
 BRANCH = "main"
 SETUP_TAG = "colab-setup"
 COLAB_CLONE_DIR = "/content/hwopt-course"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 COLAB_BADGE_SVG = "https://colab.research.google.com/assets/colab-badge.svg"
 README_START, README_END = "<!-- notebooks:start -->", "<!-- notebooks:end -->"
@@ -228,7 +228,7 @@ def build_overlay(target: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: sync [--check] | overlay DIR."""
-    parser = argparse.ArgumentParser(prog="python -m hwopt.colab", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m hwopt.course.colab", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     sync_parser = commands.add_parser("sync", help="rewrite the notebooks' setup cells and the README list")
     sync_parser.add_argument("--check", action="store_true", help="only report out-of-date files (exit 1)")
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in stale:
         print(f"{'out of date' if args.check else 'updated'}: {path}")
     if args.check and stale:
-        print("run: python -m hwopt.colab sync (then `make release` when source/ changed)")
+        print("run: python -m hwopt.course.colab sync (then `make release` when source/ changed)")
         return 1
     return 0
 

@@ -1,6 +1,6 @@
 """A hand-written decode-step kernel (lowbit_gemv.c) at fp32, int8 and int4, built with the system C compiler.
 
-The kernel runs h <- h + h @ B_i over a stack of square layers, the same step as hwopt.decode, with every
+The kernel runs h <- h + h @ B_i over a stack of square layers, the same step as decode.py, with every
 weight read once per step: it is written for the memory-bound case of batch-1 decoding. Build it once per
 machine (well under a second); the shared library is cached by its source and compiler flags.
 """
@@ -204,7 +204,7 @@ def step_fn(stack, precision: str, threads: int | None = None, lib: ctypes.CDLL 
     """Zero-argument function running the decode step in C at `precision` -> (d_model,) fp32.
 
     stack: anything with .layers (square (d, d) fp32 arrays, d a multiple of 64) and .x (d,), such as
-    hwopt.decode.make_stack(). threads: worker threads (default: torch's intra-op thread count).
+    hwopt.experiments.decode.make_stack(). threads: worker threads (default: torch's intra-op thread count).
     lib: a library from open_library (default: load(), built for this machine).
     """
     if threads is None:

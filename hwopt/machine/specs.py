@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
-from hwopt import roofline
+from hwopt.cost import roofline
 
-CHIPS_CSV = Path(__file__).resolve().parent.parent / "data" / "chips.csv"
+CHIPS_CSV = Path(__file__).resolve().parents[2] / "data" / "chips.csv"
 KINDS = ("cpu", "gpu", "tpu", "accelerator")
 # dtype spelling -> the column holding its dense peak (TFLOPS or TOPS).
 DTYPE_COLUMNS = {

@@ -103,7 +103,7 @@ def estimate(params: float, batch_size: int = 1, precision: str = "fp32", chips:
         raise ValueError(f"batch_size must be a positive integer; got {batch_size!r}")
     precision = check_precision(precision)
     if chips is None:
-        from hwopt import specs
+        from hwopt.machine import specs
 
         chips = specs.load_chips()
     weight_bytes = params * BYTES_PER_WEIGHT[precision]
@@ -188,7 +188,7 @@ KIND_MARKERS = {"cpu": "s", "gpu": "o", "tpu": "^", "accelerator": "D"}
 def chip_rows(chips: Sequence | None = None, precision: str = "fp16") -> list[dict]:
     """Per chip: name, kind, peak FLOP/s at precision (with fallback), bandwidth GB/s, ridge FLOP/byte."""
     if chips is None:
-        from hwopt import specs
+        from hwopt.machine import specs
 
         chips = specs.load_chips()
     rows = []
@@ -258,7 +258,7 @@ def cost_explorer(chips: Sequence | None = None):
     from hwopt import widgets
 
     if chips is None:
-        from hwopt import specs
+        from hwopt.machine import specs
 
         chips = specs.load_chips()
 

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hwopt import bench, roofline
+from hwopt.cost import roofline
+from hwopt.machine import bench
 
 DTYPE_ALIASES = {
     "float32": "float32", "fp32": "float32", "float": "float32",

@@ -3,7 +3,7 @@
 A grade cell of source/ holds its spec between the hidden-test markers; the grader runs that region here,
 never in the student's kernel:
 
-    from hwopt.grading.judge import case, check
+    from hwopt.course.grading.judge import case, check
     check("throughput_per_s(batch_size, latency_ms)", lambda rng: [
         case("the example above", batch_size=10, latency_ms=100.0),
         case("a sub-millisecond latency", batch_size=rng.randint(1, 9), latency_ms=rng.uniform(0.05, 0.95)),
@@ -11,7 +11,7 @@ never in the student's kernel:
 
 Each case's variables are drawn with an RNG seeded by the instructor secret and the student id, so every
 student gets their own numbers and regrading reproduces them. The student's kernel evaluates the call on
-each case and prints the outcomes as JSON (hwopt.grading.collect); the reference solution, run here, gives
+each case and prints the outcomes as JSON (grading.collect); the reference solution, run here, gives
 the expected outcomes. A part earns its points only when every case is right; a missing, malformed or
 duplicated report earns 0 (fail closed).
 """
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hwopt.grading import collect
+from hwopt.course.grading import collect
 
 SECRET_ENV = "HWOPT_GRADER_SECRET"
 SECRET_FILE_ENV = "HWOPT_GRADER_SECRET_FILE"
@@ -57,7 +57,7 @@ def load_secret(environ=os.environ) -> bytes:
         return path.read_text().strip().encode()
     raise MissingSecret(
         f"No grading secret: the hidden cases are drawn from it, so grading stops. Create one with "
-        f"`python -m hwopt.grading secret` (writes {path}), or set {SECRET_ENV}. Keep it out of the "
+        f"`python -m hwopt.course.grading secret` (writes {path}), or set {SECRET_ENV}. Keep it out of the "
         f"repository and keep the same one for the whole course: regrading then reproduces every score.")
 
 

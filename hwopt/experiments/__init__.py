@@ -1,0 +1,1 @@
+"""The lessons' experiments: small real models and kernels, measured live, compared with the cost models."""

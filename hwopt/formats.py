@@ -1,0 +1,97 @@
+"""Number formats, the course's one precision vocabulary: bits, bytes per weight with block scales, the
+chip-table column that holds each format's dense peak, and the hardware that computes in it natively.
+
+A block format stores `block` values that share one scale of `scale_bits` bits, so a weight costs
+bits + scale_bits / block bits (MXFP4: 4 + 8/32 = 4.25; NVFP4: 4 + 8/16 = 4.5, its per-tensor fp32 scale
+is negligible). Adding a format is one entry in FORMATS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Format:
+    """One number format. `peak_column` names the data/chips.csv column of its dense peak ('' if none)."""
+
+    name: str
+    bits: int  # bits per stored value
+    kind: str  # "float" or "int"
+    peak_column: str
+    native_on: str  # hardware that computes in this format natively (the rest convert or emulate)
+    torch_dtype: str | None = None  # attribute of torch, e.g. "float8_e4m3fn" (None: no torch dtype)
+    aliases: tuple[str, ...] = ()
+    block: int = 0  # values sharing one scale (0: a scale per tensor or per channel, negligible)
+    scale_bits: int = 0  # bits of each block's scale
+    scale_format: str = ""  # the scale's own format, e.g. "fp32", "E8M0", "E4M3"
+
+    @property
+    def bits_per_weight(self) -> float:
+        """Bits per stored weight, its share of the block's scale included."""
+        return self.bits + (self.scale_bits / self.block if self.block else 0.0)
+
+    @property
+    def bytes_per_weight(self) -> float:
+        """Bytes per stored weight, its share of the block's scale included."""
+        return self.bits_per_weight / 8
+
+
+_FORMATS = (
+    Format("fp64", 64, "float", "", "every CPU; HPC GPUs (A100, H100, MI300) at full rate, others slowly",
+           "float64", ("float64", "double")),
+    Format("fp32", 32, "float", "fp32_tflops", "every CPU and GPU", "float32",
+           ("float32", "float", "single")),
+    Format("fp16", 16, "float", "fp16_tflops",
+           "NVIDIA and AMD GPUs, Apple GPUs, Arm v8.2+ CPUs, Intel AMX-FP16 (Granite Rapids); "
+           "other x86 CPUs only convert it (F16C)", "float16", ("float16", "half")),
+    Format("bf16", 16, "float", "bf16_tflops",
+           "NVIDIA Ampere and later (not the T4), AMD MI200 and later, TPUs, Gaudi, Trainium, "
+           "x86 AVX-512 BF16 (Zen 4, Cooper Lake) and AMX (Sapphire Rapids)", "bfloat16", ("bfloat16",)),
+    Format("fp8_e4m3", 8, "float", "fp8_tflops",
+           "NVIDIA Ada, Hopper and Blackwell; AMD MI300 and later; Gaudi 2 and 3; TPU v7; Trainium2",
+           "float8_e4m3fn", ("fp8", "e4m3", "float8_e4m3fn", "float8_e4m3")),
+    Format("fp8_e5m2", 8, "float", "fp8_tflops", "as fp8_e4m3 (the wider-range, coarser FP8 variant)",
+           "float8_e5m2", ("e5m2", "float8_e5m2")),
+    Format("int8", 8, "int", "int8_tops",
+           "x86 VNNI (AVX-512 VNNI, AVX-VNNI) and AMX, Arm dot-product CPUs, NVIDIA Turing and later, "
+           "AMD GPUs, NPUs", "int8", ("qint8", "i8")),
+    Format("int4", 4, "int", "int4_tops",
+           "NVIDIA Turing and Ampere tensor cores; elsewhere unpacked to int8 or fp16 to compute",
+           None, ("i4",)),
+    Format("int4_g32", 4, "int", "int4_tops", "as int4 (its scales are applied after the dot product)",
+           None, ("int4-g32",), block=32, scale_bits=32, scale_format="fp32"),
+    Format("int4_g128", 4, "int", "int4_tops", "as int4 (the usual weight-only LLM layout, AWQ/GPTQ)",
+           None, ("int4-g128",), block=128, scale_bits=16, scale_format="fp16"),
+    Format("int2", 2, "int", "", "nowhere: unpacked to wider types to compute", None, ("i2",)),
+    Format("mxfp4", 4, "float", "fp4_tflops", "NVIDIA Blackwell (B200, B300, RTX 50), AMD MI355X",
+           None, ("mx-fp4",), block=32, scale_bits=8, scale_format="E8M0"),
+    Format("nvfp4", 4, "float", "fp4_tflops", "NVIDIA Blackwell (B200, B300, RTX 50)",
+           None, ("nv-fp4",), block=16, scale_bits=8, scale_format="E4M3"),
+)
+FORMATS: dict[str, Format] = {f.name: f for f in _FORMATS}
+_BY_SPELLING: dict[str, Format] = {s: f for f in _FORMATS for s in (f.name, *f.aliases)}
+
+
+def get(fmt, argument: str = "precision") -> Format:
+    """The Format named by a name or alias ('bf16', 'bfloat16'), a torch dtype, or a Format itself.
+
+    ValueError naming `argument` for anything else."""
+    if isinstance(fmt, Format):
+        return fmt
+    spelling = None
+    if isinstance(fmt, str) or _is_dtype(fmt):
+        spelling = str(fmt).strip().lower().removeprefix("torch.")
+    if spelling not in _BY_SPELLING:
+        raise ValueError(f"{argument} must be one of {', '.join(FORMATS)} (or an alias or torch dtype); "
+                         f"got {fmt!r}")
+    return _BY_SPELLING[spelling]
+
+
+def _is_dtype(value) -> bool:
+    return type(value).__module__ == "torch" and type(value).__name__ == "dtype"
+
+
+def bytes_per_weight(fmt) -> float:
+    """Bytes per stored weight of a format, block scales included (int4_g32: 0.5 + 4/32 = 0.625)."""
+    return get(fmt).bytes_per_weight

@@ -1,0 +1,98 @@
+"""cost.footprint: parameters from shapes, weights/KV/activation formulas, fits and max batch, widget."""
+
+import pytest
+
+from hwopt import widgets
+from hwopt.cost import footprint
+
+
+def test_parameter_counts_match_the_published_sizes():
+    expected_billions = {
+        "GPT-2 small": 0.124,
+        "Llama-2-7B": 6.74,
+        "Llama-2-13B": 13.0,
+        "Mistral-7B-v0.1": 7.24,
+        "Llama-3-8B": 8.03,
+        "Llama-2-70B": 69.0,
+    }
+    shapes = {s.name: s for s in footprint.load_shapes()}
+    assert set(expected_billions) <= set(shapes)
+    for name, billions in expected_billions.items():
+        assert shapes[name].n_params / 1e9 == pytest.approx(billions, rel=0.01), name
+        assert shapes[name].source_url.startswith("https://")
+
+
+def test_formulas_by_hand():
+    s = footprint.ModelShape(
+        "toy",
+        n_layers=2,
+        d_model=8,
+        n_heads=2,
+        n_kv_heads=1,
+        d_ff=16,
+        vocab_size=10,
+        gated_mlp=False,
+        tied_embeddings=True,
+    )
+    assert s.head_dim == 4
+    assert s.n_params == 2 * (2 * 64 + 2 * 8 * 4 + 2 * 8 * 16) + 80
+    assert footprint.weights_bytes(s, "fp32") == s.n_params * 4
+    assert footprint.kv_cache_bytes(s, batch_size=3, seq_len=5, precision="fp16") == 2 * 2 * 3 * 5 * 1 * 4 * 2
+    per_token = 2 * 8 + max(8 + 2 * 4, 16)
+    assert footprint.activation_bytes(s, 3, 5, "fp16", naive_attention=False) == 3 * 5 * per_token * 2
+    assert footprint.activation_bytes(s, 3, 5, "fp16") == (3 * 5 * per_token + 3 * 2 * 25) * 2
+
+
+def test_breakdown_fits_and_max_batch():
+    s = footprint.get_shape("llama-2-7b")
+    b = footprint.memory_breakdown(s, 1, 4096, "fp16")
+    assert b.weights_gb == pytest.approx(13.48, rel=0.01) and b.total_gb == pytest.approx(
+        sum(v for k, v in b.as_dict().items() if k != "total_gb")
+    )
+    assert footprint.memory_breakdown(s, 1, 4096, "int4").weights_gb == pytest.approx(b.weights_gb / 4)
+    assert footprint.fits(b, 80) and not footprint.fits(b, 16)
+    best = footprint.max_batch_size(s, 4096, 80)
+    assert best >= 1 and footprint.fits(footprint.memory_breakdown(s, best, 4096), 80)
+    assert not footprint.fits(footprint.memory_breakdown(s, best + 1, 4096), 80)
+    assert footprint.max_batch_size(footprint.get_shape("Llama-2-70B"), 4096, 24) == 0
+
+
+def test_oom_fix_names_a_change():
+    s = footprint.get_shape("Llama-2-7B")
+    assert footprint.oom_fix(s, 1, 512, 80).startswith("fits")
+    assert "fix:" in footprint.oom_fix(s, 8, 4096, 24)
+    assert "bigger device" in footprint.oom_fix(footprint.get_shape("Llama-2-70B"), 1, 4096, 24)
+
+
+def test_get_shape_typo_lists_close_names():
+    with pytest.raises(ValueError, match="did you mean Llama-2-7B"):
+        footprint.get_shape("lama-2-7b")
+
+
+def test_memory_explorer_redraws(monkeypatch):
+    shown = []
+    monkeypatch.setattr(widgets, "display", shown.append)
+    box = footprint.memory_explorer({"GPU 80 GB": 80.0, "GPU 16 GB": 16.0})
+    box.controls["memory_gb"].value = 16.0
+    box.controls["batch_size"].value = 64
+    assert len(shown) == 3 and "OUT OF MEMORY" in shown[-1].axes[0].get_title()
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: footprint.ModelShape("x", 0, 8, 2, 1, 16, 10), "n_layers"),
+        (lambda: footprint.ModelShape("x", 1, 9, 2, 1, 16, 10), "divisible"),
+        (lambda: footprint.load_shapes("missing.csv"), "path"),
+        (lambda: footprint.kv_cache_bytes(footprint.get_shape("GPT-2 small"), 0, 10), "batch_size"),
+        (lambda: footprint.activation_bytes(footprint.get_shape("GPT-2 small"), 1, 0), "seq_len"),
+        (lambda: footprint.weights_bytes(footprint.get_shape("GPT-2 small"), "fp7"), "precision"),
+        (lambda: footprint.fits(footprint.MemoryBreakdown(1, 1, 1), 0), "memory_gb"),
+        (lambda: footprint.fits(footprint.MemoryBreakdown(1, 1, 1), 10, reserve_fraction=1),
+         "reserve_fraction"),
+        (lambda: footprint.memory_explorer({}), "memory_gb_by_device"),
+    ],
+)
+def test_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

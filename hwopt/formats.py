@@ -36,6 +36,14 @@ class Format:
         """Bytes per stored weight, its share of the block's scale included."""
         return self.bits_per_weight / 8
 
+    def describe(self) -> str:
+        """For lessons: 'int4_g32 (4-bit int + an fp32 scale per 32: 0.625 B/weight incl. scales)'."""
+        layout = f"{self.bits}-bit {self.kind}"
+        if self.block:
+            return (f"{self.name} ({layout} + an {self.scale_format} scale per {self.block}: "
+                    f"{self.bytes_per_weight:g} B/weight incl. scales)")
+        return f"{self.name} ({layout}: {self.bytes_per_weight:g} B/weight)"
+
 
 _FORMATS = (
     Format("fp64", 64, "float", "", "every CPU; HPC GPUs (A100, H100, MI300) at full rate, others slowly",
@@ -56,6 +64,10 @@ _FORMATS = (
     Format("int8", 8, "int", "int8_tops",
            "x86 VNNI (AVX-512 VNNI, AVX-VNNI) and AMX, Arm dot-product CPUs, NVIDIA Turing and later, "
            "AMD GPUs, NPUs", "int8", ("qint8", "i8")),
+    Format("int8_g32", 8, "int", "int8_tops", "as int8 (its scales are applied after the dot product)",
+           None, ("int8-g32",), block=32, scale_bits=32, scale_format="fp32"),
+    Format("int8_g128", 8, "int", "int8_tops", "as int8 (its scales are applied after the dot product)",
+           None, ("int8-g128",), block=128, scale_bits=32, scale_format="fp32"),
     Format("int4", 4, "int", "int4_tops",
            "NVIDIA Turing and Ampere tensor cores; elsewhere unpacked to int8 or fp16 to compute",
            None, ("i4",)),
@@ -90,6 +102,16 @@ def get(fmt, argument: str = "precision") -> Format:
 
 def _is_dtype(value) -> bool:
     return type(value).__module__ == "torch" and type(value).__name__ == "dtype"
+
+
+def torch_dtype(fmt, argument: str = "dtype") -> str:
+    """Name of the torch dtype that stores a format ('bf16' -> 'bfloat16'); ValueError naming `argument` for
+    a format torch has no dtype for (int4, the block formats)."""
+    f = get(fmt, argument)
+    if f.torch_dtype is None:
+        with_dtype = ", ".join(g.name for g in FORMATS.values() if g.torch_dtype)
+        raise ValueError(f"{argument} must be a format with a torch dtype ({with_dtype}); got {fmt!r}")
+    return f.torch_dtype
 
 
 def bytes_per_weight(fmt) -> float:

@@ -47,13 +47,27 @@ class WorkClock:
     [("fp32", "float32"), (torch.float32, "float32"), ("half", "float16"), ("BF16", "bfloat16"),
      (torch.bfloat16, "bfloat16"), ("double", "float64"), ("int8", "int8")],
 )  # fmt: skip
-def test_canonical_dtype_accepts_aliases(alias, name):
-    assert probe.canonical_dtype(alias) == name
+def test_probe_keys_its_results_by_torch_dtype_name(alias, name, monkeypatch):
+    """Any spelling formats knows reaches the probe as the torch dtype name lessons key results by."""
+    asked = []
+    monkeypatch.setattr(probe, "memory_bandwidth_gbs", lambda device, repeats: 10.0)
+    monkeypatch.setattr(probe, "matmul_flops", lambda d, device, quick: asked.append(d) or 1e9)
+    ceilings = probe.probe("cpu", dtypes=[alias], quick=True)
+    assert list(ceilings.flops_by_dtype) == [name] == asked
+    assert ceilings.peak_flops(alias) == 1e9 and ceilings.to_ceiling(alias).label == f"this cpu {name}"
 
 
-def test_canonical_dtype_rejects_unknown():
-    with pytest.raises(ValueError, match="dtype must be one of"):
-        probe.canonical_dtype("int4")
+@pytest.mark.parametrize("dtype", ["int4", "mxfp4", "float128"])
+def test_dtypes_without_a_torch_dtype_are_rejected(dtype):
+    with pytest.raises(ValueError, match="dtype must be"):
+        probe.triad_bytes(10, dtype)
+
+
+def test_formats_without_a_matmul_probe_are_unsupported():
+    with pytest.raises(probe.UnsupportedDtype, match="no matmul probe"):
+        probe.matmul_flops("fp8_e4m3", n=64)
+    with pytest.raises(probe.UnsupportedDtype, match="no matmul probe"):
+        probe.probe("cpu", dtypes=["fp32", "fp8"], quick=True)
 
 
 def test_triad_bytes_counts_three_arrays_like_stream():

@@ -147,11 +147,11 @@ def machine_card(probe: bool = False, device: str = "auto", dtypes=None, quick: 
     if not isinstance(probe, bool):
         raise ValueError(f"probe must be True or False; got {probe!r}")
     if dtypes is not None:
-        from hwopt.machine.probe import canonical_dtype
+        from hwopt import formats
 
         if isinstance(dtypes, str) or not dtypes:
             raise ValueError(f"dtypes must be None or a non-empty list like ['float32']; got {dtypes!r}")
-        dtypes = [canonical_dtype(d) for d in dtypes]
+        dtypes = [formats.torch_dtype(d, argument="dtypes") for d in dtypes]
     if isinstance(n_closest, bool) or not isinstance(n_closest, int) or n_closest < 0:
         raise ValueError(f"n_closest must be a non-negative integer; got {n_closest!r}")
     dev = bench.resolve_device(device)

@@ -15,22 +15,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hwopt import formats
 from hwopt.cost import roofline
 from hwopt.machine import bench
 
-DTYPE_ALIASES = {
-    "float32": "float32", "fp32": "float32", "float": "float32",
-    "float64": "float64", "fp64": "float64", "double": "float64",
-    "float16": "float16", "fp16": "float16", "half": "float16",
-    "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "int8": "int8", "qint8": "int8",
-}  # fmt: skip
-BYTES_PER_ELEMENT = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1}
 DEFAULT_DTYPES = {
     "cpu": ("float32", "bfloat16", "float16", "int8"),
     "cuda": ("float32", "bfloat16", "float16", "int8"),
     "mps": ("float32", "float16"),
 }
+MATMUL_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8")  # what _matmul_fns can multiply
 MATMUL_BUDGET_S = {True: 3.0, False: 15.0}  # seconds per dtype for the size sweep: quick, full
 REPEATS = {True: 5, False: 7}  # timed repeats per size: quick, full
 KEEP_LIBRARY = 0.8  # from n=512 on, a library slower than this fraction of the best is not tried larger
@@ -47,14 +41,9 @@ class UnsupportedDtype(ValueError):
     """This dtype has no matmul path on this device."""
 
 
-def canonical_dtype(dtype) -> str:
-    """'fp32' / torch.float32 / 'float32' -> 'float32' (also float64, float16, bfloat16, int8)."""
-    name = str(dtype).removeprefix("torch.").lower()
-    if name not in DTYPE_ALIASES:
-        raise ValueError(
-            f"dtype must be one of {sorted(set(DTYPE_ALIASES.values()))} (or an alias); got {dtype!r}"
-        )
-    return DTYPE_ALIASES[name]
+def _element_bytes(dtype: str) -> int:
+    """Bytes of one element of a torch dtype name ('float32' -> 4), from formats."""
+    return formats.get(dtype, argument="dtype").bits // 8
 
 
 def _device_kind(device) -> str:
@@ -98,7 +87,7 @@ def triad_bytes(n_elements: int, dtype="float32") -> int:
     """Bytes STREAM counts for one Triad a = b + s*c: 3 arrays x n_elements x bytes per element."""
     if isinstance(n_elements, bool) or not isinstance(n_elements, int) or n_elements < 1:
         raise ValueError(f"n_elements must be a positive integer; got {n_elements!r}")
-    return 3 * n_elements * BYTES_PER_ELEMENT[canonical_dtype(dtype)]
+    return 3 * n_elements * _element_bytes(formats.torch_dtype(dtype))
 
 
 def memory_bandwidth_gbs(
@@ -116,7 +105,7 @@ def memory_bandwidth_gbs(
     import torch
 
     device = bench.resolve_device(device)
-    dtype = canonical_dtype(dtype)
+    dtype = formats.torch_dtype(dtype)
     if dtype not in ("float32", "float64", "float16", "bfloat16"):
         raise ValueError(f"dtype must be a floating-point type for the bandwidth probe; got {dtype!r}")
     if size_mb is None:
@@ -128,7 +117,7 @@ def memory_bandwidth_gbs(
         or size_mb <= 0
     ):
         raise ValueError(f"size_mb must be a positive number of MB per array; got {size_mb!r}")
-    n = max(1, int(size_mb * 2**20) // BYTES_PER_ELEMENT[dtype])
+    n = max(1, int(size_mb * 2**20) // _element_bytes(dtype))
     tdtype = getattr(torch, dtype)
     a = torch.zeros(n, dtype=tdtype, device=device)  # zeros/full touch every page before timing
     b = torch.full((n,), 1.0, dtype=tdtype, device=device)
@@ -182,7 +171,9 @@ def matmul_flops(
 ) -> float:
     """Best matmul FLOP/s (2*n^3 per product) for `dtype`; n=None sweeps n = 128, 256, ... within budget_s."""
     device = bench.resolve_device(device)
-    dtype = canonical_dtype(dtype)
+    dtype = formats.torch_dtype(dtype)
+    if dtype not in MATMUL_DTYPES:
+        raise UnsupportedDtype(f"dtype {dtype!r} has no matmul probe; probed: {', '.join(MATMUL_DTYPES)}")
     if dtype == "float64" and device.startswith("mps"):
         raise UnsupportedDtype("dtype 'float64' is not supported on MPS")
     if n is not None:
@@ -236,7 +227,7 @@ class Ceilings:
 
     def peak_flops(self, dtype="float32") -> float:
         """Measured peak FLOP/s for dtype."""
-        key = canonical_dtype(dtype)
+        key = formats.torch_dtype(dtype)
         if key not in self.flops_by_dtype:
             raise ValueError(f"dtype {key!r} was not measured; measured: {sorted(self.flops_by_dtype)}")
         return self.flops_by_dtype[key]
@@ -247,7 +238,7 @@ class Ceilings:
 
     def to_ceiling(self, dtype="float32", label: str | None = None) -> roofline.Ceiling:
         """This device's measured roof for dtype, ready for roofline.plot_roofline."""
-        key = canonical_dtype(dtype)
+        key = formats.torch_dtype(dtype)
         return roofline.Ceiling(
             label or f"this {self.device} {key}", self.peak_flops(key), self.bandwidth_gbs, True
         )
@@ -281,7 +272,9 @@ def probe(
     device = bench.resolve_device(device)
     kind = device.split(":")[0]
     explicit = dtypes is not None
-    names = [canonical_dtype(d) for d in (dtypes if explicit else DEFAULT_DTYPES[kind])]
+    names = [formats.torch_dtype(d) for d in (dtypes if explicit else DEFAULT_DTYPES[kind])]
+    if unprobed := [d for d in names if d not in MATMUL_DTYPES]:
+        raise UnsupportedDtype(f"dtypes {unprobed} have no matmul probe; probed: {', '.join(MATMUL_DTYPES)}")
     if threads is not None:
         with bench.threads(threads):
             return probe(device, names if explicit else None, quick, progress=progress)

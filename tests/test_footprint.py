@@ -57,6 +57,36 @@ def test_breakdown_fits_and_max_batch():
     assert footprint.max_batch_size(footprint.get_shape("Llama-2-70B"), 4096, 24) == 0
 
 
+def test_kv_cache_precision_is_its_own_choice():
+    s = footprint.get_shape("Llama-2-7B")
+    fp16 = footprint.memory_breakdown(s, 4, 4096, "fp16")
+    int4_weights = footprint.memory_breakdown(s, 4, 4096, "int4_g128")
+    # int weights compute in fp16: the cache stays fp16 unless chosen otherwise
+    assert int4_weights.kv_cache_gb == fp16.kv_cache_gb and int4_weights.activations_gb == fp16.activations_gb
+    assert int4_weights.weights_gb == pytest.approx(fp16.weights_gb * (4 + 16 / 128) / 16)  # scales counted
+    fp8_kv = footprint.memory_breakdown(s, 4, 4096, "fp16", kv_precision="fp8_e4m3")
+    assert fp8_kv.kv_cache_gb == pytest.approx(fp16.kv_cache_gb / 2) and fp8_kv.weights_gb == fp16.weights_gb
+    for kv, ratio in (("fp32", 2), ("bf16", 1), ("int8", 0.5), ("int4", 0.25)):
+        kv_gb = footprint.memory_breakdown(s, 4, 4096, "int8", kv_precision=kv).kv_cache_gb
+        assert kv_gb == pytest.approx(fp16.kv_cache_gb * ratio), kv
+    assert footprint.kv_format("fp32") == "fp32" and footprint.kv_format("int8") == "fp16"
+    assert footprint.kv_format("int8", "float8_e4m3fn") == "fp8_e4m3"
+    narrow = footprint.max_batch_size(s, 4096, 24, "int8", kv_precision="fp8_e4m3", naive_attention=False)
+    assert narrow > footprint.max_batch_size(s, 4096, 24, "int8", naive_attention=False) >= 1
+    with pytest.raises(ValueError, match="kv_precision must be one of"):
+        footprint.memory_breakdown(s, 1, 128, "int8", kv_precision="fp7")
+    with pytest.raises(ValueError, match="kv_precision"):
+        footprint.max_batch_size(s, 128, 24, kv_precision=8)
+
+
+def test_oom_fix_tries_a_narrower_kv_cache_before_the_weights():
+    s = footprint.get_shape("Llama-2-7B")
+    assert footprint.oom_fix(s, 4, 4096, 24, kv_precision="fp32").endswith("fix: an FP8 KV cache with fused "
+                                                                           "attention")
+    assert footprint.oom_fix(s, 8, 4096, 24).endswith("int8 weights and an FP8 KV cache with fused attention")
+    assert "the int4 KV cache" in footprint.oom_fix(s, 16, 4096, 24, kv_precision="int4")
+
+
 def test_oom_fix_names_a_change():
     s = footprint.get_shape("Llama-2-7B")
     assert footprint.oom_fix(s, 1, 512, 80).startswith("fits")
@@ -76,6 +106,11 @@ def test_memory_explorer_redraws(monkeypatch):
     box.controls["memory_gb"].value = 16.0
     box.controls["batch_size"].value = 64
     assert len(shown) == 3 and "OUT OF MEMORY" in shown[-1].axes[0].get_title()
+    assert set(footprint.KV_CHOICES) >= {"fp32", "fp16", "bf16", "fp8_e4m3", "int8", "int4"}
+    box.controls["precision"].value = "int4_g128"
+    assert "int4_g128 weights, fp16 KV cache" in shown[-1].axes[0].get_title()
+    box.controls["kv_precision"].value = "fp8_e4m3"
+    assert "fp8_e4m3 KV cache" in shown[-1].axes[0].get_title()
 
 
 @pytest.mark.parametrize(

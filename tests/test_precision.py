@@ -18,6 +18,14 @@ def trained():
 def test_bytes_per_weight():
     assert precision.bytes_per_weight("fp32") == 4 and precision.bytes_per_weight("BF16") == 2
     assert precision.bytes_per_weight("int4") == 0.5 and precision.bytes_per_weight(2) == 0.25
+    assert precision.bytes_per_weight("int4_g32") == 0.625  # a block format's scales count
+
+
+def test_model_size_counts_a_block_formats_scales(trained):
+    model, _ = trained
+    weights = sum(m.weight.numel() for m in precision.linear_layers(model).values())
+    extra = precision.model_size_bytes(model, "int4_g32") - precision.model_size_bytes(model, 4)
+    assert extra == pytest.approx(weights * 4 / 32, abs=1)  # one fp32 scale per 32 weights
 
 
 def test_symmetric_quantization_by_hand():
@@ -91,7 +99,7 @@ def test_in_dtype_matches_fp32_within_tolerance(trained):
         ref = model(x)
     for name, tol in (("fp32", 1e-6), ("bf16", 0.5), ("fp16", 0.05)):
         out = precision.in_dtype(model, name)(x)
-        assert out.dtype == precision.TORCH_DTYPES[name]
+        assert out.dtype == {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
         assert (out.float() - ref).abs().max() < tol * max(1.0, ref.abs().max().item())
 
 

@@ -5,6 +5,9 @@ parameter counts are computed from the shapes. All sizes in bytes, reported in G
   weights      = n_params * bytes_per_weight
   KV cache     = 2 (K and V) * n_layers * batch * seq_len * n_kv_heads * head_dim * bytes_per_element
   activations  = peak of one layer's forward over the whole prompt (prefill), see activation_bytes.
+Weights, KV cache and activations each have their own format (names of hwopt.formats, block scales counted):
+the KV cache is often stored narrower than the activations (FP8 is common, int4 aggressive), and int weights
+are dequantized to compute, their activations and cache staying 16-bit unless chosen otherwise.
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ import difflib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hwopt.experiments.precision import bytes_per_weight
+from hwopt import formats
 
 SHAPES_CSV = Path(__file__).resolve().parents[2] / "data" / "model_shapes.csv"
 GB = 1e9
+WEIGHT_CHOICES = ("fp32", "fp16", "fp8_e4m3", "int8", "int4_g128")  # the explorer's weight formats
+KV_CHOICES = ("fp32", "fp16", "bf16", "fp8_e4m3", "int8", "int4")  # the explorer's KV-cache formats
 
 
 @dataclass(frozen=True)
@@ -102,13 +107,31 @@ def _positive(name: str, value) -> None:
         raise ValueError(f"{name} must be a positive number, got {value!r}")
 
 
-def weights_bytes(shape: ModelShape, precision: str | int = "fp16") -> float:
-    """Bytes of all weights at a precision ('fp32', 'fp16', 'int8', 'int4', ... or bits)."""
-    return shape.n_params * bytes_per_weight(precision)
+def _bytes_per_value(fmt, argument: str) -> float:
+    return formats.get(fmt, argument=argument).bytes_per_weight
 
 
-def kv_cache_bytes(shape: ModelShape, batch_size: int, seq_len: int, precision: str | int = "fp16") -> float:
-    """Bytes of the K and V cache: 2 * n_layers * batch_size * seq_len * n_kv_heads * head_dim * bytes."""
+def activation_precision(precision) -> str:
+    """Format of the activations beside weights in `precision`: the same if 16 bits or wider, else fp16."""
+    weights = formats.get(precision, argument="precision")
+    return weights.name if weights.kind == "float" and weights.bits >= 16 else "fp16"
+
+
+def kv_format(precision, kv_precision=None) -> str:
+    """Name of the KV cache's format: kv_precision (checked as that argument), or if None the activations'."""
+    if kv_precision is None:
+        return activation_precision(precision)
+    return formats.get(kv_precision, argument="kv_precision").name
+
+
+def weights_bytes(shape: ModelShape, precision: str = "fp16") -> float:
+    """Bytes of all weights in a format ('fp32', 'fp16', 'int8', 'int4_g128', ...; block scales counted)."""
+    return shape.n_params * _bytes_per_value(precision, "precision")
+
+
+def kv_cache_bytes(shape: ModelShape, batch_size: int, seq_len: int, precision: str = "fp16") -> float:
+    """Bytes of the K and V cache in a format: 2 * n_layers * batch_size * seq_len * n_kv_heads * head_dim *
+    bytes per value."""
     _positive_int("batch_size", batch_size)
     _positive_int("seq_len", seq_len)
     return (
@@ -118,7 +141,7 @@ def kv_cache_bytes(shape: ModelShape, batch_size: int, seq_len: int, precision: 
         * seq_len
         * shape.n_kv_heads
         * shape.head_dim
-        * bytes_per_weight(precision)
+        * _bytes_per_value(precision, "precision")
     )
 
 
@@ -126,7 +149,7 @@ def activation_bytes(
     shape: ModelShape,
     batch_size: int,
     seq_len: int,
-    precision: str | int = "fp16",
+    precision: str = "fp16",
     *,
     naive_attention: bool = True,
 ) -> float:
@@ -138,7 +161,7 @@ def activation_bytes(
     """
     _positive_int("batch_size", batch_size)
     _positive_int("seq_len", seq_len)
-    b = bytes_per_weight(precision)
+    b = _bytes_per_value(precision, "precision")
     kv_width = shape.n_kv_heads * shape.head_dim
     per_token = 2 * shape.d_model + max(
         shape.d_model + 2 * kv_width, shape.d_ff * (2 if shape.gated_mlp else 1)
@@ -169,14 +192,15 @@ def memory_breakdown(
     shape: ModelShape,
     batch_size: int,
     seq_len: int,
-    precision: str | int = "fp16",
+    precision: str = "fp16",
     *,
-    kv_precision: str | int | None = None,
+    kv_precision: str | None = None,
     naive_attention: bool = True,
 ) -> MemoryBreakdown:
-    """Weights, peak activations and KV cache (GB) for batch_size sequences of seq_len tokens."""
-    kv_precision = precision if kv_precision is None else kv_precision
-    act_precision = precision if bytes_per_weight(precision) >= 2 else "fp16"  # int weights, fp16 activations
+    """Weights (in `precision`), peak activations and KV cache (in `kv_precision`; None: the activations'
+    format, see activation_precision) in GB, for batch_size sequences of seq_len tokens."""
+    act_precision = activation_precision(precision)
+    kv_precision = kv_format(precision, kv_precision)
     return MemoryBreakdown(
         weights_gb=weights_bytes(shape, precision) / GB,
         activations_gb=activation_bytes(
@@ -199,8 +223,9 @@ def max_batch_size(
     shape: ModelShape,
     seq_len: int,
     memory_gb: float,
-    precision: str | int = "fp16",
+    precision: str = "fp16",
     *,
+    kv_precision: str | None = None,
     reserve_fraction: float = 0.1,
     naive_attention: bool = True,
     limit: int = 1 << 16,
@@ -209,7 +234,8 @@ def max_batch_size(
 
     def ok(b: int) -> bool:
         return fits(
-            memory_breakdown(shape, b, seq_len, precision, naive_attention=naive_attention),
+            memory_breakdown(shape, b, seq_len, precision, kv_precision=kv_precision,
+                             naive_attention=naive_attention),
             memory_gb,
             reserve_fraction,
         )
@@ -226,29 +252,38 @@ def max_batch_size(
 
 
 def oom_fix(
-    shape: ModelShape, batch_size: int, seq_len: int, memory_gb: float, precision: str = "fp16"
+    shape: ModelShape,
+    batch_size: int,
+    seq_len: int,
+    memory_gb: float,
+    precision: str = "fp16",
+    *,
+    kv_precision: str | None = None,
 ) -> str:
-    """One sentence: does it fit, and if not, which change (flash attention, precision, batch) fixes it."""
-    b = memory_breakdown(shape, batch_size, seq_len, precision)
+    """One sentence: does it fit, and if not, which change fixes it: fused (flash) attention, then an FP8 KV
+    cache, then int8 or int4 weights (with an FP8 KV cache), then a smaller batch."""
+    b = memory_breakdown(shape, batch_size, seq_len, precision, kv_precision=kv_precision)
     if fits(b, memory_gb):
         return f"fits: {b.total_gb:.1f} GB of {memory_gb:g} GB"
-    for change, kwargs in (("fused (flash) attention", {"naive_attention": False}),):
-        if fits(memory_breakdown(shape, batch_size, seq_len, precision, **kwargs), memory_gb):
-            return f"out of memory ({b.total_gb:.1f} GB > {memory_gb:g} GB); fix: {change}"
-    for lower in ("int8", "int4"):
-        if bytes_per_weight(lower) < bytes_per_weight(precision):
-            if fits(memory_breakdown(shape, batch_size, seq_len, lower, naive_attention=False), memory_gb):
-                return (
-                    f"out of memory ({b.total_gb:.1f} GB > {memory_gb:g} GB); fix: {lower} weights "
-                    "and KV cache with fused attention"
-                )
-    best = max_batch_size(shape, seq_len, memory_gb, precision, naive_attention=False)
+    oom = f"out of memory ({b.total_gb:.1f} GB > {memory_gb:g} GB)"
+    kv = kv_format(precision, kv_precision)
+    fp8 = "fp8_e4m3" if formats.bytes_per_weight(kv) > formats.bytes_per_weight("fp8_e4m3") else kv
+    fixes = [("fused (flash) attention", precision, kv)]
+    if fp8 != kv:
+        fixes.append(("an FP8 KV cache with fused attention", precision, fp8))
+    for lower in ("int8", "int4_g128"):
+        if weights_bytes(shape, lower) < weights_bytes(shape, precision):
+            cache = "an FP8 KV cache" if fp8 != kv else f"the {kv} KV cache"
+            fixes.append((f"{lower} weights and {cache} with fused attention", lower, fp8))
+    for change, weights, cache_format in fixes:
+        fixed = memory_breakdown(shape, batch_size, seq_len, weights, kv_precision=cache_format,
+                                 naive_attention=False)
+        if fits(fixed, memory_gb):
+            return f"{oom}; fix: {change}"
+    best = max_batch_size(shape, seq_len, memory_gb, precision, kv_precision=kv, naive_attention=False)
     if best:
-        return (
-            f"out of memory ({b.total_gb:.1f} GB > {memory_gb:g} GB); fix: batch {best} or less "
-            "with fused attention"
-        )
-    return f"out of memory ({b.total_gb:.1f} GB > {memory_gb:g} GB); the weights alone need a bigger device"
+        return f"{oom}; fix: batch {best} or less with fused attention"
+    return f"{oom}; the weights alone need a bigger device"
 
 
 def plot_memory(
@@ -259,17 +294,21 @@ def plot_memory(
     memory_gb: float,
     naive_attention: bool = True,
     ax=None,
+    *,
+    kv_precision: str | None = None,
 ):
     """Stacked bar of weights / activations / KV cache (GB) beside the device's memory; returns the Figure."""
     from hwopt import plots
 
-    b = memory_breakdown(shape, batch_size, seq_len, precision, naive_attention=naive_attention)
+    b = memory_breakdown(shape, batch_size, seq_len, precision, kv_precision=kv_precision,
+                         naive_attention=naive_attention)
     verdict = "fits" if fits(b, memory_gb) else "OUT OF MEMORY"
+    formats_used = f"{precision} weights, {kv_format(precision, kv_precision)} KV cache"
     ax = plots.axes(
         "memory (GB)",
         shape.name,
         ax=ax,
-        title=f"{precision}, batch {batch_size} x {seq_len} tokens: {verdict}",
+        title=f"{formats_used}, batch {batch_size} x {seq_len} tokens: {verdict}",
     )
     left = 0.0
     for k, (label, gb) in enumerate(
@@ -284,20 +323,23 @@ def plot_memory(
 
 
 def memory_explorer(memory_gb_by_device: dict[str, float], shapes: list[ModelShape] | None = None):
-    """Sliders (model, precision, batch, sequence length, device, attention) over plot_memory."""
+    """Sliders (model, weight and KV-cache formats, batch, sequence length, device, attention) over
+    plot_memory."""
     from hwopt import widgets
 
     if not memory_gb_by_device:
         raise ValueError("memory_gb_by_device must name at least one device and its memory in GB")
     shapes = shapes or load_shapes()
 
-    def show(model, precision, batch_size, seq_len, memory_gb, attention):
-        return plot_memory(model, batch_size, seq_len, precision, memory_gb, attention == "naive")
+    def show(model, precision, kv_precision, batch_size, seq_len, memory_gb, attention):
+        return plot_memory(model, batch_size, seq_len, precision, memory_gb, attention == "naive",
+                           kv_precision=kv_precision)
 
     return widgets.explore(
         show,
         model=widgets.dropdown("model", [(s.name, s) for s in shapes], shapes[min(1, len(shapes) - 1)]),
-        precision=widgets.toggle("precision", ["fp32", "fp16", "int8", "int4"], "fp16"),
+        precision=widgets.toggle("weights", WEIGHT_CHOICES, "fp16"),
+        kv_precision=widgets.dropdown("KV cache", KV_CHOICES, "fp16"),
         batch_size=widgets.int_slider("batch size", 1, 128, 8),
         seq_len=widgets.int_slider("sequence length", 128, 32768, 4096, step=128, unit="tokens"),
         memory_gb=widgets.dropdown("device", list(memory_gb_by_device.items())),

@@ -14,23 +14,18 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from hwopt import formats
 from hwopt.experiments.classifier import Digits, accuracy
 
-PRECISION_BITS = {"fp32": 32, "fp16": 16, "bf16": 16, "int8": 8, "int4": 4, "int2": 2}
-TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+HALF_AND_FULL = ("fp32", "fp16", "bf16")  # the float formats in_dtype runs a model in
 
 
 def bytes_per_weight(precision: str | int) -> float:
-    """Bytes per weight of a precision name ('fp32', 'int4', ...) or a bit width (1..32)."""
+    """Bytes per weight of a format name ('fp32', 'int4_g32': block scales counted) or a bit width (1..32)."""
     if isinstance(precision, str):
-        key = precision.lower()
-        if key not in PRECISION_BITS:
-            raise ValueError(
-                f"precision must be one of {sorted(PRECISION_BITS)} or a bit width, got {precision!r}"
-            )
-        return PRECISION_BITS[key] / 8
+        return formats.bytes_per_weight(formats.get(precision, argument="precision"))
     if isinstance(precision, bool) or not isinstance(precision, int) or not 1 <= precision <= 32:
-        raise ValueError(f"precision must be a name or a bit width from 1 to 32, got {precision!r}")
+        raise ValueError(f"precision must be a format name or a bit width from 1 to 32, got {precision!r}")
     return precision / 8
 
 
@@ -156,8 +151,9 @@ def model_size_bytes(
     keep_bits: int = 8,
     per_channel: bool = False,
 ) -> int:
-    """Bytes to store the model: Linear weights at `bits` (kept layers at keep_bits), rest FP32, + scales."""
-    bits = int(bytes_per_weight(bits) * 8)
+    """Bytes to store the model: Linear weights at `bits` or a format (kept layers at keep_bits), rest FP32,
+    + scales (a block format's own; below 16 bits a float32 scale and int32 zero point per tensor or row)."""
+    bits = bytes_per_weight(bits) * 8
     keep = _check_keep(model, keep)
     layers = linear_layers(model)
     weight_ids = {id(layer.weight) for layer in layers.values()}
@@ -167,7 +163,7 @@ def model_size_bytes(
         total_bits += layer.weight.numel() * layer_bits
         if layer_bits < 16:  # a float32 scale and an int32 zero point per tensor or per row
             total_bits += 64 * (layer.weight.shape[0] if per_channel else 1)
-    return total_bits // 8
+    return int(total_bits // 8)
 
 
 def accuracy_vs_bits(
@@ -214,9 +210,10 @@ def layer_sensitivity(
 
 def in_dtype(model: nn.Module, precision: str, device: str = "cpu") -> Callable[[torch.Tensor], torch.Tensor]:
     """A predictor running a copy of model in 'fp32', 'fp16' or 'bf16' on device (input moved and cast)."""
-    if precision not in TORCH_DTYPES:
-        raise ValueError(f"precision must be one of {sorted(TORCH_DTYPES)}, got {precision!r}")
-    dtype = TORCH_DTYPES[precision]
+    name = formats.get(precision, argument="precision").name
+    if name not in HALF_AND_FULL:
+        raise ValueError(f"precision must be one of {', '.join(HALF_AND_FULL)}, got {precision!r}")
+    dtype = getattr(torch, formats.torch_dtype(name))
     cast = copy.deepcopy(model).to(device=device, dtype=dtype).eval()
 
     def predict(x: torch.Tensor) -> torch.Tensor:

@@ -19,18 +19,19 @@ def measure(*, quick: bool) -> tuple[list[dict], list[str], list[dict]]:
         decode = need("experiments.decode", "make_stack", "decode_paths", "time_paths")
     except Unavailable as exc:
         return [], [f"GEMV vs matrix size not measured: {exc}"], []
-    series, stats = [], []
+    series, stats, used = [], [], {}
     repeats = 5 if quick else 9
     try:
         for d in sizes(quick):
             stack = decode.make_stack(d, 1)
             result = decode.time_paths(decode.decode_paths(stack, "cpu"), "cpu", repeats=repeats)
             for label, m in result.measurements.items():
+                used.setdefault(result.paths[label].weight_format, None)
                 s = report.time_stats(m)
                 s["label"] = f"GEMV {d}x{d} {label}"
                 stats.append(s)
                 series.append({
-                    "variant": label, "rows": d, "cols": d,
+                    "variant": label, "format": result.paths[label].weight_format, "rows": d, "cols": d,
                     "weight_mb": result.paths[label].weight_bytes / 1e6, "median_ms": m.median_ms,
                     "q1_ms": m.q1_s * 1e3, "q3_ms": m.q3_s * 1e3, "gbs": result.achieved_gbs(label),
                     "relative_iqr": m.relative_iqr,
@@ -38,6 +39,9 @@ def measure(*, quick: bool) -> tuple[list[dict], list[str], list[dict]]:
     except Exception as exc:  # the lesson module's failure is reported, not fatal
         last = traceback.format_exception_only(exc)[-1].strip()
         return series, [f"GEMV sweep stopped: {last[:200]}"], stats
+    from hwopt import formats
+
     note = (f"one residual layer h + h @ W (decode paths) per size, {repeats} interleaved repeats; "
-            "GB/s = weight bytes (fp32 4, int8 1, int4 0.5 per weight) / median time")
+            "GB/s = bytes of weights and their scales / median time, as stored: "
+            + "; ".join(formats.get(f).describe() for f in used))
     return series, [note], stats

@@ -72,12 +72,12 @@ def setup_decode(quick: bool) -> Setup:
     decode = need("experiments.decode", "make_stack", "layers_for_working_set", "decode_paths", "check_paths",
                   "SETTLE_S")
     d_model = 4096
-    n_layers = min(8, decode.layers_for_working_set(d_model, 1.5 * _llc_bytes(), 0.5))  # as lesson 2 sizes it
+    n_layers = min(8, decode.layers_for_working_set(d_model, 1.5 * _llc_bytes()))  # as lesson 2 sizes it
     stack = decode.make_stack(d_model, n_layers)
     paths = decode.decode_paths(stack, "cpu")
     decode.check_paths(paths, stack)  # every path agrees with the fp32 oracle within the lesson's tolerance
     by = {prec: [k for k, p in paths.items() if p.precision == prec] for prec in ("fp32", "int8", "int4")}
-    note = (f"decode: {n_layers} layers of {d_model}x{d_model}, {stack.weight_bytes(4) / 1e6:,.0f} MB "
+    note = (f"decode: {n_layers} layers of {d_model}x{d_model}, {stack.weight_bytes('fp32') / 1e6:,.0f} MB "
             f"fp32 weights; fastest of {', '.join(by['int8'] + by['int4'])} vs fastest of "
             f"{', '.join(by['fp32'])}; each runs untimed for {decode.SETTLE_S:g} s before each repeat")
     rows = [Comparison(name, goal, by["fp32"], by[prec], note)

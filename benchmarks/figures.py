@@ -59,12 +59,14 @@ def bandwidth_chart(series: list[dict], caches: dict[str, int]):
 
 
 def gemv_chart(series: list[dict]):
-    """Decode GEMV time (ms) and weight GB/s vs weight size (MB) per variant, two panels; None if empty."""
+    """Decode GEMV time (ms) and GB/s vs weights + scales (MB) per variant, two panels; None if empty."""
     if not series:
         return None
     fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(11, 4))
-    plots.axes("weights (MB)", "time per GEMV (ms)", logx=True, logy=True, ax=ax_t, title="Decode GEMV time")
-    plots.axes("weights (MB)", "weights streamed (GB/s)", logx=True, ax=ax_b, title="Achieved bandwidth")
+    plots.axes("weights + scales (MB)", "time per GEMV (ms)", logx=True, logy=True, ax=ax_t,
+               title="Decode GEMV time")
+    plots.axes("weights + scales (MB)", "weights + scales streamed (GB/s)", logx=True, ax=ax_b,
+               title="Achieved bandwidth")
     for i, variant in enumerate(dict.fromkeys(s["variant"] for s in series)):
         pts = sorted((s for s in series if s["variant"] == variant), key=lambda s: s["weight_mb"])
         x = [s["weight_mb"] for s in pts]

@@ -36,13 +36,16 @@ class Format:
         """Bytes per stored weight, its share of the block's scale included."""
         return self.bits_per_weight / 8
 
+    @property
+    def layout(self) -> str:
+        """What is stored per value: '32-bit float', '4-bit int + an fp32 scale per 32'."""
+        values = f"{self.bits}-bit {self.kind}"
+        return f"{values} + an {self.scale_format} scale per {self.block}" if self.block else values
+
     def describe(self) -> str:
         """For lessons: 'int4_g32 (4-bit int + an fp32 scale per 32: 0.625 B/weight incl. scales)'."""
-        layout = f"{self.bits}-bit {self.kind}"
-        if self.block:
-            return (f"{self.name} ({layout} + an {self.scale_format} scale per {self.block}: "
-                    f"{self.bytes_per_weight:g} B/weight incl. scales)")
-        return f"{self.name} ({layout}: {self.bytes_per_weight:g} B/weight)"
+        scales = " incl. scales" if self.block else ""
+        return f"{self.name} ({self.layout}: {self.bytes_per_weight:g} B/weight{scales})"
 
 
 _FORMATS = (

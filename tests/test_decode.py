@@ -6,6 +6,7 @@ import time
 import numpy as np
 import pytest
 
+from hwopt import formats
 from hwopt.experiments import decode
 from hwopt.machine import bench
 
@@ -33,6 +34,8 @@ def test_layers_for_working_set():
     # 4096 x 4096 int4 = 8 MiB-ish (8,388,608 bytes) per layer: 64 MB needs 8 layers
     assert decode.layers_for_working_set(4096, 64 * 2**20, 0.5) == 8
     assert decode.layers_for_working_set(4096, 1, 4) == 1
+    # by default the narrowest copy the paths store, int4_g32 (10,485,760 bytes a layer: scales count)
+    assert decode.layers_for_working_set(4096, 64 * 2**20) == 7
     with pytest.raises(ValueError, match="d_model"):
         decode.layers_for_working_set(0, 1)
 
@@ -44,7 +47,10 @@ def stack():
 
 def test_make_stack_shapes_and_bytes(stack):
     assert stack.d_model == 64 and len(stack.layers) == 2 and stack.layers[0].dtype == np.float32
-    assert stack.n_params == 2 * 64 * 64 and stack.weight_bytes(0.5) == 64 * 64
+    assert stack.n_params == 2 * 64 * 64 and stack.weight_bytes("int4") == 64 * 64
+    assert stack.weight_bytes("int4_g32") == 2 * 64 * 64 * (0.5 + 4 / 32)  # + an fp32 scale per 32 weights
+    with pytest.raises(ValueError, match="weight_format"):
+        stack.weight_bytes(0.5)
     with pytest.raises(ValueError, match="n_layers"):
         decode.make_stack(64, 0)
 
@@ -100,7 +106,44 @@ def test_every_cpu_path_matches_the_oracle_within_tolerance(stack):
     for int8 in ("int8 ORT MatMulInteger", "int8 ORT MatMulNBits"):
         assert 0 < errors[int8] < decode.TOLERANCE["int8"]
         assert errors[int8] < errors["int4 ORT MatMulNBits"] < decode.TOLERANCE["int4"]
-    assert paths["int4 ORT MatMulNBits"].weight_bytes == stack.n_params / 2
+    assert paths["int4 ORT MatMulNBits"].weight_bytes == stack.n_params * 0.625  # 4 bits + fp32 per 32
+
+
+def _nbytes(*arrays) -> int:
+    return sum(a.nbytes for a in arrays)
+
+
+def test_each_path_counts_the_bytes_its_layout_really_stores(stack):
+    """Bytes a path predicts from its format == bytes of the arrays it stores (to the per-channel scales)."""
+    w = stack.layers[0]
+    fmt = decode.weight_formats(stack.d_model)
+    assert fmt["int4 ORT MatMulNBits"] == "int4_g32" and fmt["int8 ORT MatMulNBits"] == "int8_g32"
+    assert decode.weight_formats(4096)["int8 ORT MatMulNBits"] == "int8_g128"
+    stored = {"int4 ORT MatMulNBits": _nbytes(*decode.quantize_int4(w, 32)),
+              "int8 ORT MatMulNBits": _nbytes(*decode.quantize_int8_blocks(w, 32)),
+              "int8 ORT MatMulInteger": _nbytes(*decode.quantize_int8(w)), "fp32 numpy": w.nbytes}
+    for label, nbytes in stored.items():
+        predicted = w.size * formats.bytes_per_weight(fmt[label])
+        if formats.get(fmt[label]).block or fmt[label] == "fp32":
+            assert nbytes == predicted, label  # block scales: exactly counted
+        else:  # a scale and zero point per column (d_model weights): formats calls it negligible
+            assert nbytes == predicted + 5 * w.shape[1], label
+    # ORT reads the same arrays from the graph: its initializers hold exactly the stored bytes (+ the names)
+    model = decode.nbits_model_bytes(decode.DecodeStack((w,), stack.x), bits=4, block_size=32)
+    assert _nbytes(*decode.quantize_int4(w, 32)) < len(model) < _nbytes(*decode.quantize_int4(w, 32)) + 2000
+
+
+def test_nbits_format_names_the_layout_or_refuses():
+    assert decode.nbits_format(4, 32).name == "int4_g32" and decode.nbits_format(8, 128).name == "int8_g128"
+    with pytest.raises(ValueError, match="block_size"):
+        decode.nbits_format(4, 64)  # no 4-bit format with an fp32 scale per 64 (int4_g128 has fp16 scales)
+
+
+def test_prediction_table_counts_scales(stack):
+    text = decode.prediction_table(stack, 10.0)
+    int4 = next(line for line in text.splitlines() if line.startswith("int4_g32"))
+    assert "0.625" in int4 and "fp32 scale per 32" in int4 and "int4 ORT MatMulNBits" in int4
+    assert f"{stack.weight_bytes('int4_g32') / 10e9 * 1e3:.2f}" in int4
 
 
 def test_int4_kernel_computes_what_its_dequantized_weights_say(stack):
@@ -132,7 +175,7 @@ def test_int8_blocks_round_trip_and_kernel(stack):
 
 
 def test_check_paths_names_a_path_beyond_tolerance(stack):
-    bad = {"broken": decode.DecodePath("broken", "int8", lambda: np.zeros(64), 1.0)}
+    bad = {"broken": decode.DecodePath("broken", "int8", "int8", lambda: np.zeros(64), 1.0)}
     with pytest.raises(ValueError, match="broken"):
         decode.check_paths(bad, stack)
 
@@ -155,7 +198,7 @@ def test_time_paths_settles_each_path_before_timing_it():
             calls.append(label)
             time.sleep(0.002)
 
-        return decode.DecodePath(label, precision, fn, 1.0)
+        return decode.DecodePath(label, precision, precision, fn, 1.0)
 
     paths = {k: path(k, k.split()[0]) for k in ("fp32 numpy", "int8 ORT")}
     result = decode.time_paths(paths, repeats=1, settle_s=0.03)
@@ -173,7 +216,7 @@ def test_decode_paths_include_the_c_kernel_when_it_builds(stack, monkeypatch):
     if lowbit_gemv.unavailable_reason() is None:
         paths = decode.decode_paths(stack, threads=1)
         assert {"fp32 C kernel", "int8 C kernel", "int4 C kernel"} <= set(paths)
-        assert paths["int4 C kernel"].weight_bytes == stack.weight_bytes(0.5)
+        assert paths["int4 C kernel"].weight_bytes == stack.weight_bytes("int4_g32")
     monkeypatch.setattr(lowbit_gemv, "unavailable_reason", lambda: "no C compiler found")
     assert not any("C kernel" in k for k in decode.decode_paths(stack, threads=1))
 
@@ -219,9 +262,11 @@ def test_torch_step_dtype_and_cuda_paths_on_cpu(stack, monkeypatch):
     assert decode.relative_error(y, decode.reference(stack)) < 1e-5
 
 
-def fake_result(seconds: dict[str, float], precision: dict[str, str], n_params: float = 1e9):
-    paths = {k: decode.DecodePath(k, precision[k], lambda: None, n_params * decode.BYTES[precision[k]])
-             for k in seconds}
+def fake_result(seconds: dict[str, float], precision: dict[str, str], n_params: float = 1e9,
+                weight_format: dict[str, str] | None = None):
+    fmt = {**precision, **(weight_format or {})}
+    paths = {k: decode.DecodePath(k, precision[k], fmt[k], lambda: None,
+                                  n_params * formats.bytes_per_weight(fmt[k])) for k in seconds}
     return decode.DecodeResult(paths, {k: bench.Measurement(k, (s,)) for k, s in seconds.items()})
 
 
@@ -230,7 +275,11 @@ def test_prediction_table_and_int8_verdicts():
     kinds = {"fp32": "fp32", "int8": "int8", "int8 lib": "int8"}
     fast = fake_result({"fp32": 0.2, "int8": 0.05}, kinds)
     text = fast.vs_prediction(25.0)
-    assert "pred/meas" in text and "80%" in text.splitlines()[1]
+    assert "pred/meas" in text and "80%" in text.splitlines()[1] and " B/weight " in text.splitlines()[0]
+    # int4_g32: 0.625 GB of weights and scales in 0.04 s = 15.6 GB/s, 62% of 25 GB/s (not 0.5 GB: 50%)
+    int4 = fake_result({"int4": 0.04}, {"int4": "int4"}, weight_format={"int4": "int4_g32"})
+    assert int4.achieved_gbs("int4") == pytest.approx(15.625)
+    assert " int4_g32    0.625 " in int4.vs_prediction(25.0) and "62%" in int4.vs_prediction(25.0)
     verdict = decode.int8_verdict(fast, 25.0)
     assert "int8: 20.0 GB/s (80% of bandwidth) -> memory-bound" in verdict
     assert "Every int8 kernel keeps up with memory" in verdict
@@ -245,6 +294,9 @@ def test_prediction_table_and_int8_verdicts():
     mixed = decode.int8_verdict(fake_result({"fp32": 0.2, "int8 lib": 0.5, "int8": 0.05}, kinds), 25.0)
     assert mixed.splitlines()[1].startswith("  int8: ")  # fastest first
     assert "int8 lib is limited by compute" in mixed and "int8 reads the same bytes" in mixed
+    blocks = decode.int8_verdict(fake_result({"fp32": 0.2, "int8 lib": 0.5, "int8": 0.05}, kinds,
+                                             weight_format={"int8 lib": "int8_g128"}), 25.0)
+    assert "int8 reads about the same bytes (1 vs 1.031 B/weight)" in blocks
     with pytest.raises(ValueError, match="int8"):
         decode.int8_verdict(fake_result({"fp32": 0.2}, kinds), 25.0)
     with pytest.raises(ValueError, match="bandwidth_gbs"):

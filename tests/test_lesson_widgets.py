@@ -32,8 +32,10 @@ def test_cost_explorer_follows_the_controls(shown, capsys):
 def test_speed_explorer_offers_the_measured_machine(shown, capsys):
     box = decode.speed_explorer(measured_bandwidth_gbs=20.0)
     assert box.controls["chip"].value == "this machine"
-    box.controls["bytes_per_weight"].value = 0.5
-    assert "at most 5.7 tokens/s" in capsys.readouterr().out.splitlines()[-1]  # 20 GB/s / 3.5 GB
+    box.controls["precision"].value = "int4_g32"
+    text = capsys.readouterr().out.splitlines()
+    assert "0.625 B/weight incl. scales" in text[-2]
+    assert "at most 4.6 tokens/s" in text[-1]  # 20 GB/s / (7e9 x 0.625 B = 4.375 GB)
     box.controls["chip"].value = "NVIDIA H100 SXM"
     assert "3,350 GB/s" in capsys.readouterr().out
     with pytest.raises(ValueError, match="measured_bandwidth_gbs"):

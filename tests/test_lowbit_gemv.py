@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from hwopt import formats
 from hwopt.experiments import decode, lowbit_gemv
 
 REASON = lowbit_gemv.unavailable_reason()
@@ -46,6 +47,15 @@ def test_round_trips_stay_within_half_a_step(stack):
     packed, scale4 = lowbit_gemv.quantize_int4_rows(w)
     step = np.repeat(scale4.transpose(0, 2, 1).reshape(w.shape[1], -1), 32, axis=1).T
     assert np.all(np.abs(lowbit_gemv.dequantize_int4_rows(packed, scale4) - w) <= step / 2 + 1e-6)
+
+
+def test_weight_formats_count_the_bytes_the_kernel_stores(stack):
+    w = stack.layers[0]
+    assert lowbit_gemv.WEIGHT_FORMATS["int4"] == "int4_g32" and lowbit_gemv.INT4_BLOCK == 32  # as in the C
+    stored = {"int8": sum(a.nbytes for a in lowbit_gemv.quantize_int8_rows(w)),
+              "int4": sum(a.nbytes for a in lowbit_gemv.quantize_int4_rows(w))}
+    assert stored["int4"] == w.size * formats.bytes_per_weight("int4_g32")  # 4 bits + an fp32 scale per 32
+    assert stored["int8"] == w.size * formats.bytes_per_weight("int8") + 4 * w.shape[1]  # + a scale per row
 
 
 def test_quantize_input():

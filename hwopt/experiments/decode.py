@@ -5,7 +5,8 @@ time ~ weight bytes / bandwidth and fewer bytes per weight means proportionally 
 stack: `n_layers` residual layers h <- h + h @ B_i with B_i (d_model, d_model), together far larger than the
 last-level cache. fp32 runs in numpy and torch; int8 and int4 run in ONNX Runtime's quantized MatMul kernels;
 and a small C kernel written for this case (lowbit_gemv) runs all three precisions, when a C compiler is
-present. The fp32 result in float64 is the oracle every path is checked against.
+present. The fp32 result in float64 is the oracle every path is checked against. Each path's bytes are those
+of its storage format (hwopt.formats), block scales included: int4_g32 stores an fp32 scale per 32 weights.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hwopt import formats
 from hwopt.experiments import lowbit_gemv
 from hwopt.machine import bench
 
 # Stated tolerances: relative L2 error of the stack's output vs the fp32 oracle (4 layers, random weights).
-BYTES = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0, "int4": 0.5}  # bytes per weight of each precision
 TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "int8": 0.05, "int4": 0.25}
 
 
@@ -32,7 +33,7 @@ def _positive(name: str, value, *, integer: bool = False) -> float:
 
 
 def weights_gb(params: float, bytes_per_weight: float) -> float:
-    """Weights in GB (1e9 bytes): params * bytes_per_weight (4 fp32, 2 fp16, 1 int8, 0.5 int4)."""
+    """Weights in GB (1e9 bytes): params * bytes_per_weight (formats.bytes_per_weight: scales included)."""
     return _positive("params", params) * _positive("bytes_per_weight", bytes_per_weight) / 1e9
 
 
@@ -69,15 +70,18 @@ class DecodeStack:
         """Number of weights in the stack."""
         return sum(int(w.size) for w in self.layers)
 
-    def weight_bytes(self, bytes_per_weight: float) -> float:
-        """Bytes of weights read per step at bytes_per_weight (scales not counted)."""
-        return self.n_params * float(bytes_per_weight)
+    def weight_bytes(self, weight_format) -> float:
+        """Bytes read per step with the weights stored in a format ('fp32', 'int4_g32'): weights + scales."""
+        return self.n_params * formats.get(weight_format, argument="weight_format").bytes_per_weight
 
 
-def layers_for_working_set(d_model: int, min_bytes: float, bytes_per_weight: float = 0.5) -> int:
-    """How many (d_model x d_model) layers make the stack at least min_bytes at bytes_per_weight."""
+def layers_for_working_set(d_model: int, min_bytes: float, bytes_per_weight: float | None = None) -> int:
+    """How many (d_model x d_model) layers make the stack at least min_bytes at bytes_per_weight (None: the
+    narrowest format decode_paths stores, scales included, so that every path's copy is that large)."""
     _positive("d_model", d_model, integer=True)
     _positive("min_bytes", min_bytes)
+    if bytes_per_weight is None:
+        bytes_per_weight = min(formats.bytes_per_weight(f) for f in weight_formats(d_model).values())
     per_layer = d_model * d_model * _positive("bytes_per_weight", bytes_per_weight)
     return max(1, math.ceil(min_bytes / per_layer))
 
@@ -286,6 +290,17 @@ def nbits_model_bytes(stack: DecodeStack, bits: int = 4, block_size: int = 32,
     return _graph_bytes(nodes, inits, d)
 
 
+def nbits_format(bits: int, block_size: int) -> formats.Format:
+    """The format of MatMulNBits weights as nbits_model_bytes stores them: `bits`-bit ints, one fp32 scale per
+    block_size (no zero points: the kernel's default midpoint); ValueError if formats has no such entry."""
+    for f in formats.FORMATS.values():
+        if (f.kind, f.bits, f.block, f.scale_format) == ("int", bits, block_size, "fp32"):
+            return f
+    raise ValueError(f"bits and block_size: formats has no {bits}-bit format with an fp32 scale per "
+                     f"{block_size} weights (add one to hwopt/formats.py); got bits={bits!r}, "
+                     f"block_size={block_size!r}")
+
+
 def int4_model_bytes(stack: DecodeStack, block_size: int = 32, accuracy_level: int = 4) -> bytes:
     """ONNX graph (bytes) of the stack, int4 weights: MatMulNBits (accuracy_level 4 = int8 compute)."""
     return nbits_model_bytes(stack, 4, block_size, accuracy_level)
@@ -322,41 +337,77 @@ def ort_step(session, stack: DecodeStack) -> Callable[[], np.ndarray]:
 
 @dataclass(frozen=True)
 class DecodePath:
-    """One way to run the decode step: its precision, a zero-argument function, and its weight bytes."""
+    """One way to run the decode step: its precision, storage format, a zero-argument function, its bytes."""
 
     label: str
-    precision: str  # key of costs.BYTES_PER_WEIGHT
+    precision: str  # what the lesson compares: 'fp32', 'fp16', 'int8' or 'int4' (the keys of TOLERANCE)
+    weight_format: str  # how the weights are stored, a name in hwopt.formats ('int4_g32')
     fn: Callable[[], np.ndarray]
-    weight_bytes: float
+    weight_bytes: float  # bytes read per step: weights and their scales
+
+    @property
+    def bytes_per_weight(self) -> float:
+        """Bytes per weight of the path's storage format, block scales included."""
+        return formats.bytes_per_weight(self.weight_format)
+
+
+def weight_formats(d_model: int) -> dict[str, str]:
+    """How each CPU path of decode_paths stores its weights: label -> formats name (the C kernel's paths are
+    built only where it compiles). MatMulInteger keeps an fp32 scale and a uint8 zero point per column, the
+    C kernel's int8 an fp32 scale per row: 5 or 4 bytes per d_model weights, negligible (formats: int8)."""
+    _positive("d_model", d_model, integer=True)
+    int8_block = 128 if d_model % 128 == 0 else 32  # 8-bit blocks of 128 ran fastest on the CPUs we tried
+    return {
+        "fp32 numpy": "fp32", "fp32 torch": "fp32",
+        "int8 ORT MatMulInteger": "int8",
+        "int8 ORT MatMulNBits": nbits_format(8, int8_block).name,
+        "int4 ORT MatMulNBits": nbits_format(4, 32).name,
+        **{f"{precision} C kernel": fmt for precision, fmt in lowbit_gemv.WEIGHT_FORMATS.items()},
+    }  # fmt: skip
+
+
+def prediction_table(stack: DecodeStack, bandwidth_gbs: float) -> str:
+    """Per storage format of the CPU paths: bytes per weight (scales included), MB per step, predicted ms."""
+    _positive("bandwidth_gbs", bandwidth_gbs)
+    by_format: dict[str, list[str]] = {}
+    for label, fmt in weight_formats(stack.d_model).items():
+        by_format.setdefault(fmt, []).append(label)
+    lines = [f"{'format':10s} {'B/weight':>8s}  {'stored as':32s} {'MB/step':>8s} {'predicted ms':>13s}  "
+             "paths"]
+    for fmt, labels in by_format.items():
+        f, nbytes = formats.get(fmt), stack.weight_bytes(fmt)
+        lines.append(f"{fmt:10s} {f.bytes_per_weight:8.4g}  {f.layout:32s} {nbytes / 1e6:8.0f} "
+                     f"{nbytes / bandwidth_gbs / 1e6:13.2f}  {', '.join(labels)}")
+    return "\n".join(lines)
 
 
 def decode_paths(stack: DecodeStack, device="cpu", threads: int | None = None) -> dict[str, DecodePath]:
     """Every way to run the step: fp32 numpy and torch; int8 (2 kernels) and int4 in ONNX Runtime; the C
     kernel at fp32/int8/int4 (when it builds: lowbit_gemv.unavailable_reason()); on a GPU torch fp32/fp16."""
     device = bench.resolve_device(device)
-    paths = [
-        DecodePath("fp32 numpy", "fp32", numpy_step(stack), stack.weight_bytes(4)),
-        DecodePath("fp32 torch", "fp32", torch_step(stack, "cpu"), stack.weight_bytes(4)),
-    ]
+    fmt = weight_formats(stack.d_model)
+
+    def path(label, precision, fn, weight_format=None):
+        weight_format = weight_format or fmt[label]
+        return DecodePath(label, precision, weight_format, fn, stack.weight_bytes(weight_format))
+
+    paths = [path("fp32 numpy", "fp32", numpy_step(stack)),
+             path("fp32 torch", "fp32", torch_step(stack, "cpu"))]
     if device != "cpu":  # labels name the device (GPU_MARKERS)
-        paths += [
-            DecodePath(f"fp32 torch {device}", "fp32", torch_step(stack, device), stack.weight_bytes(4)),
-            DecodePath(f"fp16 torch {device}", "fp16", torch_step(stack, device, "float16"),
-                       stack.weight_bytes(2)),
-        ]
+        paths += [path(f"fp32 torch {device}", "fp32", torch_step(stack, device), "fp32"),
+                  path(f"fp16 torch {device}", "fp16", torch_step(stack, device, "float16"), "fp16")]
     # Two int8 kernels (which is faster depends on the CPU), one int4; all with explicit thread counts.
-    int8 = ort_session(int8_model_bytes(stack), threads)
-    block = 128 if stack.d_model % 128 == 0 else 32  # 8-bit blocks of 128 ran fastest on the CPUs we tried
-    int8_blocks = ort_session(nbits_model_bytes(stack, bits=8, block_size=block), threads)
-    int4 = ort_session(nbits_model_bytes(stack, bits=4), threads)
-    paths += [
-        DecodePath("int8 ORT MatMulInteger", "int8", ort_step(int8, stack), stack.weight_bytes(1)),
-        DecodePath("int8 ORT MatMulNBits", "int8", ort_step(int8_blocks, stack), stack.weight_bytes(1)),
-        DecodePath("int4 ORT MatMulNBits", "int4", ort_step(int4, stack), stack.weight_bytes(0.5)),
-    ]
+    int8_blocks, int4_blocks = (formats.get(fmt[k]) for k in ("int8 ORT MatMulNBits", "int4 ORT MatMulNBits"))
+    graphs = {  # built one at a time: each serialized graph holds a copy of the weights
+        "int8 ORT MatMulInteger": ("int8", lambda: int8_model_bytes(stack)),
+        "int8 ORT MatMulNBits": ("int8", lambda: nbits_model_bytes(stack, 8, int8_blocks.block)),
+        "int4 ORT MatMulNBits": ("int4", lambda: nbits_model_bytes(stack, 4, int4_blocks.block)),
+    }
+    paths += [path(label, precision, ort_step(ort_session(graph(), threads), stack))
+              for label, (precision, graph) in graphs.items()]
     if stack.d_model % 64 == 0 and lowbit_gemv.unavailable_reason() is None:
-        paths += [DecodePath(f"{prec} C kernel", prec, lowbit_gemv.step_fn(stack, prec, threads),
-                             stack.weight_bytes(BYTES[prec])) for prec in ("fp32", "int8", "int4")]
+        paths += [path(f"{prec} C kernel", prec, lowbit_gemv.step_fn(stack, prec, threads))
+                  for prec in ("fp32", "int8", "int4")]
     return {p.label: p for p in paths}
 
 
@@ -382,7 +433,7 @@ class DecodeResult:
     measurements: dict[str, bench.Measurement]
 
     def achieved_gbs(self, label: str) -> float:
-        """Weight bytes read per second (GB/s) by one path, from its median time."""
+        """Bytes of weights and scales read per second (GB/s) by one path, from its median time."""
         return self.paths[label].weight_bytes / self.measurements[label].median_s / 1e9
 
     @property
@@ -418,18 +469,21 @@ class DecodeResult:
         return [fastest[p] for p in precisions]
 
     def vs_prediction(self, bandwidth_gbs: float) -> str:
-        """Per path: predicted time (weight bytes / bandwidth) vs measured, and bandwidth fraction used."""
+        """Per path: its format, predicted time (weight + scale bytes / bandwidth) vs measured, and the
+        fraction of the bandwidth it used."""
         _positive("bandwidth_gbs", bandwidth_gbs)
-        lines = [f"{'path':28s} {'predicted ms':>13s} {'measured ms':>12s} {'pred/meas':>10s} "
-                 f"{'of bandwidth':>13s}"]
+        lines = [f"{'path':28s} {'format':>9s} {'B/weight':>8s} {'predicted ms':>13s} {'measured ms':>12s} "
+                 f"{'pred/meas':>10s} {'of bandwidth':>13s}"]
         for k, m in self.measurements.items():
-            predicted = self.paths[k].weight_bytes / (bandwidth_gbs * 1e9)
-            lines.append(f"{k:28s} {predicted * 1e3:13.2f} {m.median_ms:12.2f} "
-                         f"{predicted / m.median_s:10.2f} {self.achieved_gbs(k) / bandwidth_gbs:13.0%}")
+            p = self.paths[k]
+            predicted = p.weight_bytes / (bandwidth_gbs * 1e9)
+            lines.append(f"{k:28s} {p.weight_format:>9s} {p.bytes_per_weight:8.4g} {predicted * 1e3:13.2f} "
+                         f"{m.median_ms:12.2f} {predicted / m.median_s:10.2f} "
+                         f"{self.achieved_gbs(k) / bandwidth_gbs:13.0%}")
         return "\n".join(lines)
 
     def table(self) -> str:
-        """Text table: time per step, GB/s of weights, speedup over the best fp32 path."""
+        """Text table: time per step, GB/s of weights and scales, speedup over the best fp32 path."""
         lines = [f"{'path':28s} {'ms/step':>9s} {'IQR':>7s} {'GB/s':>7s} {'vs best fp32':>13s}"]
         for k, m in self.measurements.items():
             lines.append(f"{k:28s} {m.median_ms:9.2f} {m.iqr_ms:7.2f} {self.achieved_gbs(k):7.1f} "
@@ -487,12 +541,19 @@ def int8_verdict(result: DecodeResult, bandwidth_gbs: float, simd=()) -> str:
         lines.append("Every int8 kernel keeps up with memory: fewer bytes per weight pay off directly.")
     elif memory_bound:
         verb = "is" if len(slow) == 1 else "are"
+        same = _same_bytes(result.paths[memory_bound[0]], result.paths[slow[0]])
         lines.append(f"{' and '.join(slow)} {verb} limited by compute, not memory: {why}. "
-                     f"{memory_bound[0]} reads the same bytes and keeps up with memory: the bytes set the "
+                     f"{memory_bound[0]} reads {same} and keeps up with memory: the bytes set the "
                      "floor, the kernel decides whether you reach it.")
     else:
         lines.append(f"Every int8 kernel here is limited by compute, not memory: {why}.")
     return "\n".join(lines)
+
+
+def _same_bytes(a: DecodePath, b: DecodePath) -> str:
+    if a.bytes_per_weight == b.bytes_per_weight:
+        return "the same bytes"
+    return f"about the same bytes ({a.bytes_per_weight:.4g} vs {b.bytes_per_weight:.4g} B/weight)"
 
 
 def memory_or_compute(achieved_gbs: float, bandwidth_gbs: float, threshold: float = 0.5) -> str:
@@ -502,12 +563,11 @@ def memory_or_compute(achieved_gbs: float, bandwidth_gbs: float, threshold: floa
     return "memory" if achieved_gbs >= threshold * bandwidth_gbs else "compute"
 
 
-PRECISION_CHOICES = (("fp32 (4 bytes)", 4.0), ("fp16/bf16 (2 bytes)", 2.0), ("int8 (1 byte)", 1.0),
-                     ("int4 (0.5 byte)", 0.5))
+SPEED_FORMATS = ("fp32", "fp16", "fp8_e4m3", "int8", "int4_g32", "int4_g128")  # the explorer's formats
 
 
 def speed_explorer(measured_bandwidth_gbs: float | None = None, chips=None):
-    """Sliders (parameters, bytes per weight, chip) -> model size and bandwidth-bound tokens/s."""
+    """Sliders (parameters, weight format, chip) -> model size (scales included), bandwidth-bound tokens/s."""
     from hwopt import plots, widgets
 
     if chips is None:
@@ -521,19 +581,21 @@ def speed_explorer(measured_bandwidth_gbs: float | None = None, chips=None):
         bandwidth["this machine"] = float(measured_bandwidth_gbs)
         options.insert(0, (f"this machine, measured ({measured_bandwidth_gbs:.1f} GB/s)", "this machine"))
 
-    def show(params, bytes_per_weight, chip):
-        print(size_and_speed_report(params, bytes_per_weight, bandwidth[chip]))
-        labels = [label.split(" (")[0] for label, _ in PRECISION_CHOICES]
-        rates = [tokens_per_s_estimate(params, b, bandwidth[chip]) for _, b in PRECISION_CHOICES]
-        ax = plots.axes("precision", "tokens/s (upper bound)", title=f"{params / 1e9:g}B params on {chip}",
-                        figsize=(6.0, 3.2))
-        colors = [plots.color(1) if b == bytes_per_weight else plots.color(0) for _, b in PRECISION_CHOICES]
-        ax.bar(labels, rates, color=colors)
+    def show(params, precision, chip):
+        print(formats.get(precision).describe())
+        print(size_and_speed_report(params, formats.bytes_per_weight(precision), bandwidth[chip]))
+        rates = [tokens_per_s_estimate(params, formats.bytes_per_weight(f), bandwidth[chip])
+                 for f in SPEED_FORMATS]
+        ax = plots.axes("weight format (bytes per weight incl. scales)", "tokens/s (upper bound)",
+                        title=f"{params / 1e9:g}B params on {chip}", figsize=(7.0, 3.2))
+        colors = [plots.color(1) if f == precision else plots.color(0) for f in SPEED_FORMATS]
+        ax.bar([f"{f}\n{formats.bytes_per_weight(f):g} B" for f in SPEED_FORMATS], rates, color=colors)
         return plots.finish(ax)
 
     return widgets.explore(
         show,
         params=widgets.log_slider("parameters", 1e8, 1e12, 7e9, unit="count"),
-        bytes_per_weight=widgets.dropdown("precision", PRECISION_CHOICES, 2.0),
+        precision=widgets.dropdown("weights", [(formats.get(f).describe(), f) for f in SPEED_FORMATS],
+                                   "fp16"),
         chip=widgets.dropdown("chip", options),
     )

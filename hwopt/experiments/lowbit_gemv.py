@@ -19,11 +19,15 @@ from pathlib import Path
 
 import numpy as np
 
+from hwopt import formats
+
 SOURCE = Path(__file__).with_name("lowbit_gemv.c")
 FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-pthread")
 PORTABLE_FLAGS = ("-O3", "-shared", "-fPIC", "-pthread")  # when the compiler rejects -march=native
-BITS = {"fp32": 32, "int8": 8, "int4": 4}
-INT4_BLOCK = 32  # weights per int4 scale
+# How the kernel stores each precision's weights, as formats names: int8 rows with one fp32 scale per row
+# (negligible: 4 bytes a row), int4 with one fp32 scale per block (lowbit_gemv.c reads blocks of INT4_BLOCK).
+WEIGHT_FORMATS = {"fp32": "fp32", "int8": "int8", "int4": "int4_g32"}
+INT4_BLOCK = formats.get(WEIGHT_FORMATS["int4"]).block  # weights per int4 scale
 ERRORS = {-1: "bad arguments", -2: "out of memory", -3: "a thread could not start"}
 
 
@@ -188,8 +192,8 @@ def emulate(stack, precision: str) -> np.ndarray:
 
 
 def _prepare(stack, precision: str) -> list[tuple[np.ndarray, np.ndarray | None]]:
-    if precision not in BITS:
-        raise ValueError(f"precision must be one of {sorted(BITS)}; got {precision!r}")
+    if precision not in WEIGHT_FORMATS:
+        raise ValueError(f"precision must be one of {sorted(WEIGHT_FORMATS)}; got {precision!r}")
     layers = [_square(w) for w in stack.layers]
     if any(w.shape != layers[0].shape for w in layers) or np.shape(stack.x) != (layers[0].shape[0],):
         raise ValueError("stack.layers must all be (d, d) and stack.x (d,)")
@@ -220,7 +224,7 @@ def step_fn(stack, precision: str, threads: int | None = None, lib: ctypes.CDLL 
     out, work = np.empty(d, np.float32), np.empty(d, np.float32)
     weights = (ctypes.c_void_p * len(prepared))(*[w.ctypes.data for w, _ in prepared])
     scales = (ctypes.c_void_p * len(prepared))(*[None if s is None else s.ctypes.data for _, s in prepared])
-    bits = BITS[precision]
+    bits = formats.get(WEIGHT_FORMATS[precision]).bits
 
     def step():
         status = lib.lowbit_decode_step(bits, len(prepared), d, weights, scales, x.ctypes.data,

@@ -1,5 +1,8 @@
 """formats: the one precision vocabulary: spellings, bytes per weight with block scales, torch dtypes."""
 
+import ast
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -40,3 +43,81 @@ def test_spellings_are_unique():
 def test_unknown_formats_raise_naming_the_argument(bad):
     with pytest.raises(ValueError, match="kv_precision must be one of"):
         formats.get(bad, argument="kv_precision")
+
+
+def test_torch_dtype_names_what_torch_stores_or_refuses():
+    assert formats.torch_dtype("bf16") == "bfloat16" and formats.torch_dtype(torch.float64) == "float64"
+    with pytest.raises(ValueError, match="dtypes must be a format with a torch dtype"):
+        formats.torch_dtype("int4_g32", argument="dtypes")
+
+
+def test_describe_states_the_layout_and_the_bytes():
+    assert formats.get("int4_g32").describe() == \
+        "int4_g32 (4-bit int + an fp32 scale per 32: 0.625 B/weight incl. scales)"
+    assert formats.get("fp32").describe() == "fp32 (32-bit float: 4 B/weight)"
+    assert formats.get("int8_g128").layout == "8-bit int + an fp32 scale per 128"
+
+
+# ---- each fact in one place --------------------------------------------------------------------------------
+
+HWOPT = Path(formats.__file__).parent
+# Converted to formats in a parallel change (their dtype tables become formats.get(...).peak_column and
+# formats.bytes_per_weight); remove them from this list once that change is in.
+NOT_YET_CONVERTED = {"machine/specs.py", "cost/costs.py"}
+
+
+def _copied_facts(node: ast.Dict) -> list[str]:
+    """Keys of a dict literal whose value restates that format's bits, bytes, torch dtype or chip column."""
+    copied = []
+    for key, value in zip(node.keys, node.values, strict=True):
+        if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+            continue
+        try:
+            f = formats.get(key.value)
+        except ValueError:
+            continue
+        facts = {f.bits, f.bits_per_weight, f.bytes_per_weight, f.torch_dtype, f.peak_column} - {None, ""}
+        restated = (isinstance(value, ast.Constant) and not isinstance(value.value, bool)
+                    and value.value in facts) or (isinstance(value, ast.Attribute) and value.attr in facts)
+        copied += [key.value] if restated else []
+    return copied
+
+
+def precision_tables(source: str) -> list[str]:
+    """'line N: keys' for each dict literal in source that restates facts of two or more formats."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Dict) and len(keys := _copied_facts(node)) >= 2:
+            found.append(f"line {node.lineno}: {', '.join(keys)}")
+    return found
+
+
+@pytest.mark.parametrize("source, copies", [
+    ('BYTES = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0, "int4": 0.5}', True),
+    ('BITS = {"fp32": 32, "int8": 8, "int4": 4}', True),
+    ('ALIASES = {"fp32": "float32", "bf16": "bfloat16"}', True),
+    ('DTYPES = {"fp32": torch.float32, "fp16": torch.float16}', True),
+    ('COLUMNS = {"float32": "fp32_tflops", "int8": "int8_tops"}', True),
+    ('TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "int8": 0.05}', False),  # a fact about a test, not a format
+    ('LAYOUT = {"fp32": "fp32", "int4": "int4_g32"}', False),  # which format a kernel stores: its own fact
+])
+def test_the_scan_finds_copied_tables(source, copies):
+    assert bool(precision_tables(source)) == copies
+
+
+def test_each_precision_fact_lives_in_formats_alone():
+    """No module but formats restates the bits, bytes, torch dtype or chip column of formats, or defines
+    canonical_dtype."""
+    tables, canonicalisers = [], []
+    for path in sorted(HWOPT.rglob("*.py")):
+        name = path.relative_to(HWOPT).as_posix()
+        if name == "formats.py" or name in NOT_YET_CONVERTED:
+            continue
+        source = path.read_text()
+        tables += [f"{name} {where}" for where in precision_tables(source)]
+        canonicalisers += [name for node in ast.walk(ast.parse(source))
+                           if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                           and node.name == "canonical_dtype"]
+    assert not tables, f"tables of format facts outside hwopt/formats.py: {tables}"
+    assert not canonicalisers, f"canonical_dtype outside hwopt/formats.py (use formats.get): {canonicalisers}"
+    assert len(list(HWOPT.rglob("*.py"))) > 20  # the scan saw the package

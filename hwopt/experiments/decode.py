@@ -141,9 +141,10 @@ def torch_step(stack: DecodeStack, device="cpu", dtype: str = "float32") -> Call
     import torch
 
     device = bench.resolve_device(device)
-    tdtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}.get(dtype)
-    if tdtype is None:
+    name = formats.torch_dtype(dtype)
+    if name not in ("float32", "float16", "bfloat16"):
         raise ValueError(f"dtype must be 'float32', 'float16' or 'bfloat16'; got {dtype!r}")
+    tdtype = getattr(torch, name)
     weights = [torch.from_numpy(w).to(device=device, dtype=tdtype).T for w in stack.layers]  # (out, in) views
     x = torch.from_numpy(stack.x).to(device=device, dtype=tdtype)
 

@@ -354,8 +354,8 @@ class DecodePath:
 
 def weight_formats(d_model: int) -> dict[str, str]:
     """How each CPU path of decode_paths stores its weights: label -> formats name (the C kernel's paths are
-    built only where it compiles). MatMulInteger keeps an fp32 scale and a uint8 zero point per column, the
-    C kernel's int8 an fp32 scale per row: 5 or 4 bytes per d_model weights, negligible (formats: int8)."""
+    built only where it compiles). MatMulInteger also keeps an fp32 scale and a uint8 zero point per column
+    of d_model weights, the C kernel's int8 an fp32 scale per row: negligible, as formats' int8 has it."""
     _positive("d_model", d_model, integer=True)
     int8_block = 128 if d_model % 128 == 0 else 32  # 8-bit blocks of 128 ran fastest on the CPUs we tried
     return {

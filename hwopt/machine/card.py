@@ -30,6 +30,11 @@ def spec_for_device_name(device_name: str, chips=None) -> specs.Chip | None:
     return best
 
 
+def _fp32_tflops(chip: specs.Chip) -> float | None:
+    """A chip's fp32 matmul peak in TFLOP/s (matrix units where listed), None if the table has none."""
+    return chip.peak_flops("fp32") / 1e12 if chip.has_dtype("fp32") else None
+
+
 def format_flops(flops: float, unit: str = "FLOP/s") -> str:
     """'130 GFLOP/s', '1.2 TFLOP/s' ... from FLOP/s (unit='OP/s' for integer ops)."""
     for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
@@ -79,7 +84,7 @@ class MachineCard:
             "measured": {"bandwidth_gbs": self.bandwidth_gbs, "flops_by_dtype": dict(self.flops_by_dtype),
                          "ridge_flop_per_byte": self.ridge_points()} if self.measured else None,
             "closest_chips": [{"name": c.name, "kind": c.kind, "bandwidth_gbs": c.bandwidth_gbs,
-                               "fp32_tflops": c.fp32_tflops, "log10_distance": round(d, 3),
+                               "fp32_tflops": _fp32_tflops(c), "log10_distance": round(d, 3),
                                "source_url": c.source_url} for c, d in self.closest],
             "closest_basis": self.closest_basis,
         }
@@ -117,7 +122,7 @@ class MachineCard:
         if self.closest:
             lines.append(f"\nClosest chips in data/chips.csv ({self.closest_basis}):")
             for chip, dist in self.closest:
-                fp32 = f", fp32 {chip.fp32_tflops:g} TFLOP/s" if chip.fp32_tflops else ""
+                fp32 = f", fp32 {_fp32_tflops(chip):g} TFLOP/s" if chip.has_dtype("fp32") else ""
                 lines.append(f"  {chip.name:<28} {chip.kind:<11} {chip.bandwidth_gbs:7g} GB/s{fp32}"
                              f"   ~{10 ** dist:.3g}x away")
         return "\n".join(lines)
@@ -175,11 +180,11 @@ def machine_card(probe: bool = False, device: str = "auto", dtypes=None, quick: 
     if n_closest == 0:
         pass
     elif card.measured:
-        card.closest = specs.closest_chips(card.bandwidth_gbs, fp32 if fp32 else None, n=n_closest)
+        card.closest = specs.closest_chips(card.bandwidth_gbs, fp32 or None, n=n_closest, dtype="fp32")
         card.closest_basis = "measured bandwidth" + (" and float32 matmul FLOP/s" if fp32 else "")
     elif spec is not None:
         card.closest = [(c, d) for c, d in specs.closest_chips(
-            spec.bandwidth_gbs, spec.peak_flops() if spec.has_dtype("float32") else None, n=n_closest + 1)
+            spec.bandwidth_gbs, spec.peak_flops("fp32") if spec.has_dtype("fp32") else None, n=n_closest + 1)
             if c.name != spec.name][:n_closest]
         card.closest_basis = f"spec-sheet neighbours of {spec.name}"
     return card

@@ -150,8 +150,10 @@ def test_estimate_rejects_bad_input(args, word):
 def test_inference_definition_and_what_the_bound_leaves_out():
     text = costs.inference_definition(7e9, 64, "fp16")
     assert "ONE token" in text and "14.0 GFLOP" in text and "1/64" in text and "14.00 GB" in text
+    assert max(map(len, text.splitlines())) <= 110
     a = chip("A", fp16=100.0, price=3.6)
     gaps = costs.beyond_the_bound(1e9, 1, "fp16", a, extra_bytes=2e9, utilisation=0.5, extra_label="KV cache")
+    gaps = " ".join(gaps.split())  # one line: the sentences wrap at 110 characters
     # 2 GB of weights -> $2.00 per 1M; +2 GB of KV cache -> $4.00 (2.0x); at 50% -> $8.00 (4.0x)
     assert "$2.0000 per 1M" in gaps and "$4.0000 per 1M (2.0x" in gaps and "$8.0000 per 1M (4.0x" in gaps
     assert "KV cache" in gaps and "idle" in gaps
@@ -159,6 +161,8 @@ def test_inference_definition_and_what_the_bound_leaves_out():
         costs.beyond_the_bound(1e9, 1, "fp16", a, utilisation=1.5)
     with pytest.raises(ValueError, match="price"):
         costs.beyond_the_bound(1e9, 1, "fp16", chip("U", fp16=100.0, price=None))
+    small = costs.beyond_the_bound(1e9, 1, "fp16", chip("S", fp16=100.0, mem=2.0, price=3.6), extra_bytes=2e9)
+    assert "the 4.0 GB no longer fit in its 2 GiB" in " ".join(small.split())
     with pytest.raises(ValueError, match="no peak"):
         costs.beyond_the_bound(1e9, 1, "fp8", a)
 
@@ -167,7 +171,7 @@ def test_cost_report_marks_the_best_chip_and_says_what_an_inference_is():
     table = [chip("X", fp16=100, price=2.0), chip("Y", fp16=100, price=1.0), chip("Z", fp16=100, price=None)]
     text = costs.cost_report(7e9, 1, "fp16", chips=table)
     lines = text.splitlines()
-    assert "14.00 GB of weights" in lines[0] and "one token of one sequence" in lines[1]
+    assert "14.00 GB of weights" in lines[0] and "one token" in lines[1]
     assert lines[3].startswith("Y") and lines[3].endswith("<- best") and "fp16_tflops" in lines[3]
     assert "no price" in text and "skipped" not in text
 

@@ -17,6 +17,7 @@ The one fallback is physical: integer weights narrower than a byte (int4, int2) 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -206,12 +207,18 @@ def inference_definition(params: float, batch_size: int = 1, precision="fp32") -
     fmt = _format(precision)
     weights_gb = params * fmt.bytes_per_weight / 1e9
     share = "the whole read" if batch_size == 1 else f"1/{batch_size} of one read"
-    return (f"One inference = one forward pass of one input through all {params / 1e6:,.0f}M weights: "
-            f"{2 * params / 1e9:,.1f} GFLOP, and {share} of the {weights_gb:,.2f} GB of {fmt.name} weights "
-            f"(the batch of {batch_size} shares it).\n"
-            f"For a language model that is ONE token of one sequence: a reply of 500 tokens is 500 "
-            f"inferences, and a prompt of 2,000 tokens is 2,000 inferences of FLOP done in one pass.\n"
-            f"The bound assumes 100% of the datasheet peak and bandwidth, and reads nothing but the weights.")
+    return _paragraphs([
+        f"One inference = one forward pass of one input through all {params / 1e6:,.0f}M weights: "
+        f"{2 * params / 1e9:,.1f} GFLOP, and {share} of the {weights_gb:,.2f} GB of {fmt.name} weights "
+        f"(the batch of {batch_size} shares it).",
+        "For a language model that is ONE token of one sequence: a reply of 500 tokens is 500 inferences, "
+        "and a prompt of 2,000 tokens is 2,000 inferences of FLOP done in one pass.",
+        "The bound assumes 100% of the datasheet peak and bandwidth, and reads nothing but the weights."])
+
+
+def _paragraphs(sentences: list[str], width: int = 110) -> str:
+    """Sentences as lines of at most width characters, continuation lines indented."""
+    return "\n".join(textwrap.fill(s, width, subsequent_indent="  ") for s in sentences)
 
 
 def beyond_the_bound(params: float, batch_size: int, precision, chip, extra_bytes: float = 0.0,
@@ -220,23 +227,36 @@ def beyond_the_bound(params: float, batch_size: int, precision, chip, extra_byte
 
     utilisation: the share of peak and bandwidth actually reached (a measured ratio); the time scales by 1/u.
     """
+    params = _positive("params", params)
+    batch_size = _check_batch(batch_size)
     if isinstance(utilisation, bool) or not isinstance(utilisation, int | float) or not 0 < utilisation <= 1:
         raise ValueError(f"utilisation must be a fraction in (0, 1]; got {utilisation!r}")
-    plain = estimate(params, batch_size, precision, [chip])
-    more = estimate(params, batch_size, precision, [chip], extra_bytes=extra_bytes)
-    if not plain:
-        raise ValueError(f"chip {chip.name!r} has no peak for {precision!r}: {peak_basis(chip, precision)}")
-    if plain[0].cost_per_million_usd is None or more[0].cost_per_million_usd is None:
-        raise ValueError(f"chip must have a price and hold the bytes; {chip.name!r} has "
-                         f"{'no price' if plain[0].price_per_hour_usd is None else 'too little memory'}")
-    base, with_extra = plain[0], more[0]
-    bound, more_usd = base.cost_per_million_usd, with_extra.cost_per_million_usd
-    real = more_usd / utilisation
-    return "\n".join([
-        f"The bound on {chip.name}: {base.ms_per_inference:.4f} ms and ${bound:.4f} per 1M inferences "
-        f"({base.bound}-bound).",
-        f"Reading {extra_bytes / 1e9:,.1f} GB of {extra_label} as well: ${more_usd:.4f} per 1M "
-        f"({more_usd / bound:.1f}x, {with_extra.bound}-bound).",
+    if isinstance(extra_bytes, bool) or not isinstance(extra_bytes, int | float) or not (
+            math.isfinite(extra_bytes) and extra_bytes >= 0):
+        raise ValueError(f"extra_bytes must be a number of bytes >= 0; got {extra_bytes!r}")
+    fmt = _format(precision)
+    peak, basis = _peak(chip, fmt)
+    if peak is None:
+        raise ValueError(f"chip {chip.name!r} has no peak for {fmt.name}: {basis}")
+    price = _number(getattr(chip, "price_per_hour_usd", None))
+    if price is None:
+        raise ValueError(f"chip must have an on-demand price; {chip.name!r} has none in the chip table")
+    weight_bytes, flop = params * fmt.bytes_per_weight, 2.0 * params * batch_size
+
+    def usd(step_bytes):
+        seconds = roofline_time_s(flop, step_bytes, peak, chip.bandwidth_gbs) / batch_size
+        return cost_per_million_usd(seconds, price)
+
+    bound, more = usd(weight_bytes), usd(weight_bytes + extra_bytes)
+    real = more / utilisation
+    memory = _number(getattr(chip, "memory_bytes", None))
+    total_gb = (weight_bytes + extra_bytes) / 1e9
+    overflow = (f"; and the {total_gb:,.1f} GB no longer fit in its {memory / 2**30:g} GiB"
+                if memory is not None and weight_bytes + extra_bytes > memory else "")
+    return _paragraphs([
+        f"The bound on {chip.name}: ${bound:.4f} per 1M inferences ({basis}, {price:g} USD per chip-hour).",
+        f"Reading {extra_bytes / 1e9:,.1f} GB of {extra_label} per step as well: ${more:.4f} per 1M "
+        f"({more / bound:.1f}x){overflow}.",
         f"At {utilisation:.0%} of peak and bandwidth instead of 100%: ${real:.4f} per 1M "
         f"({real / bound:.1f}x the bound).",
         "Still left out: attention FLOP, activations, framework and launch overhead, the time a rented chip "
@@ -252,8 +272,8 @@ def cost_report(params: float, batch_size: int = 1, precision="fp32", chips: Seq
     best = best_chip(rows)
     lines = [f"{params / 1e6:,.0f}M params, batch {batch_size}, {fmt.name} "
              f"({params * fmt.bytes_per_weight / 1e9:.2f} GB of weights, read once per batch)",
-             "one inference = one forward pass of one input (for a language model: one token of one "
-             "sequence), at 100% of datasheet peak and bandwidth",
+             "one inference = one forward pass of one input (a language model: one token), at 100% of "
+             "the datasheet",
              f"{'chip':28s} {'ms/inference':>13s} {'bound':>8s} {'$/1M inferences':>16s}  peak used"]
     for r in rows[:top]:
         cost = f"{r.cost_per_million_usd:16.4f}" if r.cost_per_million_usd is not None else (

@@ -298,3 +298,17 @@ def test_table_rows_have_ridge_points_where_the_dtype_exists():
     assert by_name["NVIDIA T4"]["peak_tflops"] is None and by_name["AMD EPYC 7763"]["peak_column"] is None
     with pytest.raises(ValueError, match="dtype"):
         specs.table(dtype="fp128")
+
+
+def test_compare_bandwidth_puts_datasheet_against_datasheet():
+    server, l4, h100 = map(specs.get_chip, ["AMD EPYC 9654", "NVIDIA L4", "NVIDIA H100 SXM"])
+    assert specs.compare_bandwidth(l4, server).startswith("NVIDIA L4 (gpu) streams less than AMD EPYC 9654")
+    assert "7.3x the GB/s of AMD EPYC 9654" in specs.compare_bandwidth(h100, server)
+
+
+def test_datasheet_share_of_a_measurement():
+    t4 = specs.get_chip("T4")
+    assert "= 50% of its own datasheet (NVIDIA T4, 320 GB/s)" in specs.datasheet_share(160.0, t4, "this cuda")
+    assert "no datasheet for this chip" in specs.datasheet_share(12.5, None)
+    with pytest.raises(ValueError, match="measured_gbs"):
+        specs.datasheet_share(0, t4)

@@ -250,3 +250,28 @@ def table(chips=None, dtype="fp32") -> list[dict]:
                      "ridge_flop_per_byte": c.ridge_point(fmt) if has else None,
                      "price_per_hour_usd": c.price_per_hour_usd})
     return rows
+
+
+def compare_bandwidth(chip: Chip, other: Chip) -> str:
+    """One sentence setting chip's datasheet GB/s against other's (lesson 7: like with like)."""
+    ratio = chip.bandwidth_gbs / other.bandwidth_gbs
+    a, b = f"{chip.name} ({chip.kind})", f"{other.name} ({other.kind})"
+    figures = f"{chip.bandwidth_gbs:g} vs {other.bandwidth_gbs:g} GB/s, datasheet against datasheet"
+    if ratio < 1:
+        return f"{a} streams less than {b}: {figures} ({ratio:.2f}x)."
+    return f"{a} streams {ratio:.1f}x the GB/s of {b}: {figures}."
+
+
+def datasheet_share(measured_gbs: float, chip: Chip | None, label: str = "this machine") -> str:
+    """Sentences setting a measured GB/s against the datasheet of the chip it ran on (None: not in table)."""
+    if isinstance(measured_gbs, bool) or not isinstance(measured_gbs, int | float) or not (
+            math.isfinite(measured_gbs) and measured_gbs > 0):
+        raise ValueError(f"measured_gbs must be a positive number of GB/s; got {measured_gbs!r}")
+    measured = f"{label} streamed {measured_gbs:.1f} GB/s"
+    if chip is None:
+        return (f"{measured}.\nThe chip table has no datasheet for this chip (a VM may hide its model), so "
+                f"no share can be computed:\nset the {measured_gbs:.1f} GB/s against your own machine (the "
+                "cores and memory channels you were given),\nnot against a whole server socket or GPU card.")
+    share = measured_gbs / chip.bandwidth_gbs
+    return (f"{measured} = {share:.0%} of its own datasheet ({chip.name}, {chip.bandwidth_gbs:g} GB/s).\n"
+            "Compare shares like this one with each other, and datasheets with datasheets.")

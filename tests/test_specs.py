@@ -312,3 +312,8 @@ def test_datasheet_share_of_a_measurement():
     assert "no datasheet for this chip" in specs.datasheet_share(12.5, None)
     with pytest.raises(ValueError, match="measured_gbs"):
         specs.datasheet_share(0, t4)
+
+
+def test_every_row_is_found_by_its_own_name():
+    for r in ROWS:
+        assert specs.get_chip(r["name"]).name == r["name"]

@@ -24,9 +24,11 @@ def spec_for_device_name(device_name: str, chips=None) -> specs.Chip | None:
     have = _tokens(device_name)
     best, best_score = None, 0
     for chip in specs.load_chips() if chips is None else chips:
-        model = _tokens(chip.name.removeprefix(chip.vendor)) - {"sxm", "pcie", "80gb", "40gb"}
-        if model and model <= have and len(model) > best_score:
-            best, best_score = chip, len(model)
+        words = _tokens(chip.name.removeprefix(chip.vendor))
+        model = words - {"sxm", "pcie", "80gb", "40gb"}  # drivers spell form factor and size their own way
+        score = len(model) + len(words & have)  # a matching form factor ('PCIe') breaks a tie
+        if model and model <= have and score > best_score:
+            best, best_score = chip, score
     return best
 
 

@@ -10,8 +10,8 @@ step reads or does (KV cache, activations, attention FLOP, overheads) and every 
 but idle: `beyond_the_bound` puts numbers on the first two.
 
 Each format computes at its own peak column (fp8 on Hopper, Blackwell, MI300; fp4 on Blackwell and MI355X).
-The one fallback is physical: integer weights narrower than a byte (int4, int2) are unpacked to int8 or
-16-bit units to compute. A chip without a peak for the format is skipped, and `skipped` says why.
+The one fallback is physical: integer weights narrower than a byte (int4, int2) are unpacked to int8,
+16-bit or fp32 units to compute. A chip without a peak for the format is skipped, and `skipped` says why.
 """
 
 from __future__ import annotations
@@ -39,10 +39,15 @@ def _number(value) -> float | None:
     return x if math.isfinite(x) and x > 0 else None
 
 
+def _sub_byte_int(fmt: formats.Format) -> bool:
+    """True for integer weights narrower than a byte: they are unpacked to wider units to compute."""
+    return fmt.kind == "int" and fmt.bits < 8
+
+
 def _format(precision) -> formats.Format:
     """The Format of precision; ValueError naming `precision` if unknown or without chip-table peaks."""
     fmt = formats.get(precision, argument="precision")
-    if not fmt.peak_column and not (fmt.kind == "int" and fmt.bits < 8):
+    if not fmt.peak_column and not _sub_byte_int(fmt):
         raise ValueError(f"precision {fmt.name!r} has no peaks in the chip table; "
                          f"expected one of {', '.join(PRECISIONS)} (or another format with a peak column)")
     return fmt
@@ -52,14 +57,13 @@ def _peak(chip, fmt: formats.Format) -> tuple[float | None, str]:
     """(peak FLOP/s or None, the column used and why, or why there is none)."""
     if fmt.peak_column and chip.has_dtype(fmt):
         return chip.peak_flops(fmt), chip.peak_column(fmt)
-    if fmt.kind == "int" and fmt.bits < 8:  # sub-byte weights are unpacked to wider units to compute
+    if _sub_byte_int(fmt):
         for wider in UNPACKED_TO:
             if chip.has_dtype(wider):
                 return chip.peak_flops(wider), f"{chip.peak_column(wider)} ({fmt.name} unpacked to {wider})"
     if not chip.peaks():
         return None, "no FLOP/s published (bandwidth and memory only)"
-    sub_byte = fmt.kind == "int" and fmt.bits < 8
-    unpack = f" and no {'/'.join(UNPACKED_TO)} peak to unpack to" if sub_byte else ""
+    unpack = f" and no {'/'.join(UNPACKED_TO)} peak to unpack to" if _sub_byte_int(fmt) else ""
     return None, f"no {fmt.peak_column or fmt.name + ' peak'}{unpack} in the chip table"
 
 

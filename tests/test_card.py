@@ -46,7 +46,9 @@ def gpu_machine(here, name="NVIDIA A100-SXM4-80GB"):
     ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB SXM"), ("Tesla T4", "NVIDIA T4"),
     ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM"), ("NVIDIA GeForce RTX 4090", "NVIDIA RTX 4090"),
     ("NVIDIA L4", "NVIDIA L4"), ("Apple M2 Max", "Apple M2 Max"), ("Apple M2", "Apple M2"),
-    ("AMD EPYC 7763 64-Core Processor", "AMD EPYC 7763"),
+    ("AMD EPYC 7763 64-Core Processor", "AMD EPYC 7763"), ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe"),
+    ("NVIDIA H100 NVL", "NVIDIA H100 NVL"), ("NVIDIA B200", "NVIDIA B200"), ("NVIDIA GB200", "NVIDIA GB200"),
+    ("NVIDIA GeForce RTX 5090", "NVIDIA RTX 5090"), ("NVIDIA H200", "NVIDIA H200 SXM"),
 ])
 def test_spec_for_device_name_finds_the_row(device_name, chip):
     assert card_module.spec_for_device_name(device_name).name == chip
@@ -57,6 +59,12 @@ def test_spec_for_device_name_unknown_and_bad_input():
     assert card_module.spec_for_device_name("AMD EPYC") is None  # a VM that hides the model number
     with pytest.raises(ValueError, match="device_name"):
         card_module.spec_for_device_name(None)
+
+
+def test_closest_chips_show_the_fp32_matmul_peak_matrix_units_included():
+    assert card_module._fp32_tflops(specs.get_chip("Trainium2")) == pytest.approx(181)
+    assert card_module._fp32_tflops(specs.get_chip("T4")) == pytest.approx(8.1)
+    assert card_module._fp32_tflops(specs.get_chip("TPU v5e")) is None
 
 
 def test_format_flops_picks_the_unit():

@@ -8,11 +8,13 @@ from hwopt.cost import costs
 from hwopt.machine import specs
 
 
-def chip(name, fp32=10.0, fp16=None, int8=None, bw=1000.0, mem=16.0, price=1.0, per_instance=1):
-    """A specs.Chip with round numbers (TFLOPS, GB/s, GB, USD/hour)."""
+def chip(name, fp32=10.0, fp16=None, int8=None, bw=1000.0, mem=16.0, price=1.0, per_instance=1, **peaks):
+    """A specs.Chip with round numbers (TFLOPS, GB/s, GiB, USD/hour); other peak columns as keywords."""
     base = specs.load_chips()[0]
-    return dataclasses.replace(base, name=name, fp32_tflops=fp32, fp16_tflops=fp16, int8_tops=int8,
-                               bandwidth_gbs=bw, memory_gb=mem, instance_price_per_hour_usd=price,
+    blank = {c: None for c in specs.PEAK_COLUMNS}
+    return dataclasses.replace(base, name=name, **{**blank, "fp32_tflops": fp32, "fp16_tflops": fp16,
+                                                     "int8_tops": int8, **peaks},
+                               bandwidth_gbs=bw, memory_gib=mem, instance_price_per_hour_usd=price,
                                chips_per_instance=per_instance)
 
 
@@ -52,13 +54,51 @@ def test_estimate_large_batch_turns_compute_bound_and_cheaper_per_item():
     assert many.cost_per_million_usd < one.cost_per_million_usd / 10
 
 
-def test_precision_falls_back_to_a_wider_peak_and_halves_bytes():
-    a = chip("A", fp32=10.0)
-    assert costs.peak_flops(a, "int8") == pytest.approx(10e12)  # no int8/fp16 listed -> fp32 units
-    assert costs.peak_flops(chip("B", fp32=None, fp16=None, int8=None), "fp32") is None
+def test_each_format_uses_its_own_peak_and_only_sub_byte_integers_fall_back():
+    a = chip("A", fp32=10.0, int8=40.0)
+    assert costs.peak_flops(a, "int8") == pytest.approx(40e12)
+    assert costs.peak_flops(a, "int4") == pytest.approx(40e12)  # int4 weights unpacked to int8 units
+    assert "unpacked to int8" in costs.peak_basis(a, "int4_g128")
+    assert costs.peak_flops(chip("F", fp32=10.0), "int4") == pytest.approx(10e12)  # ... or to fp32 ones
+    assert costs.peak_flops(a, "fp16") is None and costs.peak_flops(a, "fp8") is None  # no silent fallback
+    assert costs.peak_basis(a, "fp8") == "no fp8_tflops in the chip table"
+    hopper = chip("H", fp16=100.0, bf16_tflops=100.0, fp8_tflops=200.0)
+    assert costs.peak_flops(hopper, "fp8_e4m3") == pytest.approx(200e12)
+    assert costs.peak_flops(hopper, "nvfp4") is None
+    blackwell = chip("B", bf16_tflops=100.0, fp8_tflops=200.0, fp4_tflops=400.0)
+    assert costs.peak_flops(blackwell, "nvfp4") == pytest.approx(400e12)
+    assert costs.peak_flops(blackwell, "mxfp4") == pytest.approx(400e12)
+    assert costs.peak_flops(chip("N", fp32=None), "fp32") is None
+    assert costs.peak_basis(chip("N", fp32=None), "fp32") == "no FLOP/s published (bandwidth and memory only)"
+
+
+def test_bytes_per_weight_come_from_the_format_scales_included():
+    a = chip("A", fp32=10.0, int8=40.0)
     fp32 = costs.estimate(1e9, 1, "fp32", chips=[a])[0]
     int4 = costs.estimate(1e9, 1, "int4", chips=[a])[0]
     assert int4.batch_latency_ms == pytest.approx(fp32.batch_latency_ms / 8)
+    g32 = costs.estimate(1e9, 1, "int4_g32", chips=[a])[0]  # 0.5 + 4/32 bytes per weight
+    assert g32.batch_latency_ms == pytest.approx(fp32.batch_latency_ms * 0.625 / 4)
+
+
+def test_chips_without_a_peak_are_skipped_with_the_reason():
+    table = [chip("old", fp16=100.0), chip("new", fp16=100.0, fp8_tflops=200.0), chip("bare", fp32=None)]
+    assert [r.chip for r in costs.estimate(7e9, 1, "fp8", chips=table)] == ["new"]
+    assert costs.skipped("fp8", table) == [("old", "no fp8_tflops in the chip table"),
+                                           ("bare", "no FLOP/s published (bandwidth and memory only)")]
+    report = costs.cost_report(7e9, 1, "fp8", chips=table)
+    assert "skipped, no fp8_tflops in the chip table: old" in report and "bare" in report
+    assert "skipped, no fp8_tflops in the chip table: old" in costs.chip_table(table, "fp8")
+
+
+def test_real_table_prices_fp8_on_hopper_and_fp4_on_blackwell():
+    fp8 = {r.chip: r for r in costs.estimate(70e9, 256, "fp8")}
+    assert "NVIDIA H100 SXM" in fp8 and fp8["NVIDIA H100 SXM"].peak_basis == "fp8_tflops"
+    assert "NVIDIA A100 80GB SXM" not in fp8 and "NVIDIA T4" not in fp8
+    fp4 = {r.chip for r in costs.estimate(70e9, 256, "nvfp4")}
+    assert {"NVIDIA B200", "NVIDIA B300", "NVIDIA GB200", "NVIDIA RTX 5090"} <= fp4
+    assert "NVIDIA H100 SXM" not in fp4
+    assert dict(costs.skipped("nvfp4"))["NVIDIA H100 SXM"] == "no fp4_tflops in the chip table"
 
 
 def test_best_chip_skips_unpriced_and_too_small_chips():
@@ -89,22 +129,51 @@ def test_real_table_has_a_best_chip_for_a_7b_model():
     assert costs.best_chip(rows) is not None and len(rows) >= 10
 
 
+def test_memory_is_gib_and_extra_bytes_count():
+    (small,) = costs.estimate(17e9, 1, "int8", chips=[chip("S", int8=100.0, mem=16.0)])
+    assert small.fits_memory  # 17e9 bytes < 16 GiB = 17.18e9 bytes
+    (kv,) = costs.estimate(17e9, 1, "int8", chips=[chip("S", int8=100.0, mem=16.0)], extra_bytes=1e9)
+    assert not kv.fits_memory and kv.batch_latency_ms == pytest.approx(18.0)
+    with pytest.raises(ValueError, match="extra_bytes"):
+        costs.estimate(1e9, 1, "int8", chips=[chip("S", int8=100.0)], extra_bytes=-1)
+
+
 @pytest.mark.parametrize(("args", "word"), [
     ((0, 1, "fp32"), "params"), ((-5, 1, "fp32"), "params"), ((1e6, 0, "fp32"), "batch_size"),
-    ((1e6, 1.5, "fp32"), "batch_size"), ((1e6, 1, "fp64"), "precision"),
+    ((1e6, 1.5, "fp32"), "batch_size"), ((1e6, 1, "fp64"), "precision"), ((1e6, 1, "fp128"), "precision"),
 ])
 def test_estimate_rejects_bad_input(args, word):
     with pytest.raises(ValueError, match=word):
         costs.estimate(*args, chips=[chip("A")])
 
 
-def test_cost_report_marks_the_best_chip():
+def test_inference_definition_and_what_the_bound_leaves_out():
+    text = costs.inference_definition(7e9, 64, "fp16")
+    assert "ONE token" in text and "14.0 GFLOP" in text and "1/64" in text and "14.00 GB" in text
+    assert max(map(len, text.splitlines())) <= 110
+    a = chip("A", fp16=100.0, price=3.6)
+    gaps = costs.beyond_the_bound(1e9, 1, "fp16", a, extra_bytes=2e9, utilisation=0.5, extra_label="KV cache")
+    gaps = " ".join(gaps.split())  # one line: the sentences wrap at 110 characters
+    # 2 GB of weights -> $2.00 per 1M; +2 GB of KV cache -> $4.00 (2.0x); at 50% -> $8.00 (4.0x)
+    assert "$2.0000 per 1M" in gaps and "$4.0000 per 1M (2.0x" in gaps and "$8.0000 per 1M (4.0x" in gaps
+    assert "KV cache" in gaps and "idle" in gaps
+    with pytest.raises(ValueError, match="utilisation"):
+        costs.beyond_the_bound(1e9, 1, "fp16", a, utilisation=1.5)
+    with pytest.raises(ValueError, match="price"):
+        costs.beyond_the_bound(1e9, 1, "fp16", chip("U", fp16=100.0, price=None))
+    small = costs.beyond_the_bound(1e9, 1, "fp16", chip("S", fp16=100.0, mem=2.0, price=3.6), extra_bytes=2e9)
+    assert "the 4.0 GB no longer fit in its 2 GiB" in " ".join(small.split())
+    with pytest.raises(ValueError, match="no peak"):
+        costs.beyond_the_bound(1e9, 1, "fp8", a)
+
+
+def test_cost_report_marks_the_best_chip_and_says_what_an_inference_is():
     table = [chip("X", fp16=100, price=2.0), chip("Y", fp16=100, price=1.0), chip("Z", fp16=100, price=None)]
     text = costs.cost_report(7e9, 1, "fp16", chips=table)
     lines = text.splitlines()
-    assert "14.00 GB of weights" in lines[0]
-    assert lines[2].startswith("Y") and lines[2].endswith("<- best")
-    assert "no price" in text
+    assert "14.00 GB of weights" in lines[0] and "one token" in lines[1]
+    assert lines[3].startswith("Y") and lines[3].endswith("<- best") and "fp16_tflops" in lines[3]
+    assert "no price" in text and "skipped" not in text
 
 
 def test_plot_costs_and_chip_map():

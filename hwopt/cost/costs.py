@@ -1,30 +1,33 @@
 """Cost model (lesson 1): predicted time and dollars per 1M inferences of a workload on each chip.
 
-A forward pass of a dense model with `params` weights on a batch of b inputs does 2 * params * b FLOP and
-reads every weight once (params * bytes_per_weight bytes). The roofline predicts its time as
-    time_s = max(FLOP / peak FLOP/s, bytes / bandwidth),
-and the cost per inference is time_s * price_per_hour_usd / 3600 (one inference = one item of the batch).
+One inference is one forward pass of one input through a dense model with `params` weights: 2 * params FLOP.
+For a language model that is one token of one sequence (a reply of 500 tokens is 500 inferences). A batch of b
+inputs reads every weight once (params * bytes_per_weight bytes, the format's block scales included), and the
+roofline at 100% of the datasheet peak and bandwidth predicts its time as
+    time_s = max(2 * params * b / peak FLOP/s, params * bytes_per_weight / bandwidth),
+so the cost per inference is time_s / b * price_per_hour_usd / 3600. The bound leaves out everything else a
+step reads or does (KV cache, activations, attention FLOP, overheads) and every second the chip is paid for
+but idle: `beyond_the_bound` puts numbers on the first two.
+
+Each format computes at its own peak column (fp8 on Hopper, Blackwell, MI300; fp4 on Blackwell and MI355X).
+The one fallback is physical: integer weights narrower than a byte (int4, int2) are unpacked to int8,
+16-bit or fp32 units to compute. A chip without a peak for the format is skipped, and `skipped` says why.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from hwopt import plots
+from hwopt import formats, plots
 
-BYTES_PER_WEIGHT: dict[str, float] = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "int8": 1.0, "int4": 0.5}
-# Which spec-sheet peak a precision runs at, best first; a chip without that peak falls back to the next.
-PEAK_DTYPES: dict[str, tuple[str, ...]] = {
-    "fp32": ("float32",),
-    "fp16": ("float16", "float32"),
-    "bf16": ("bfloat16", "float32"),
-    "int8": ("int8", "float16", "float32"),
-    "int4": ("int8", "float16", "float32"),  # int4 weights are unpacked to int8/fp16 units to compute
-}
+# The formats the explorer offers: one of each kind of peak column in the chip table.
+PRECISIONS = ("fp32", "bf16", "fp16", "fp8_e4m3", "int8", "int4", "nvfp4")
+UNPACKED_TO = ("int8", "fp16", "bf16", "fp32")  # where sub-byte integer weights are computed, best first
 
 
 def _number(value) -> float | None:
@@ -36,20 +39,72 @@ def _number(value) -> float | None:
     return x if math.isfinite(x) and x > 0 else None
 
 
-def check_precision(precision: str) -> str:
-    """Normalise a precision name ('fp32', 'fp16', 'bf16', 'int8', 'int4'); ValueError otherwise."""
-    name = str(precision).strip().lower()
-    if name not in BYTES_PER_WEIGHT:
-        raise ValueError(f"precision must be one of {sorted(BYTES_PER_WEIGHT)}; got {precision!r}")
-    return name
+def _sub_byte_int(fmt: formats.Format) -> bool:
+    """True for integer weights narrower than a byte: they are unpacked to wider units to compute."""
+    return fmt.kind == "int" and fmt.bits < 8
 
 
-def peak_flops(chip, precision: str = "fp32") -> float | None:
-    """Spec-sheet peak (FLOP/s or OP/s) of a specs.Chip at precision, else a wider type's; None if none."""
-    for dtype in PEAK_DTYPES[check_precision(precision)]:
-        if chip.has_dtype(dtype):
-            return chip.peak_flops(dtype)
-    return None
+def _format(precision) -> formats.Format:
+    """The Format of precision; ValueError naming `precision` if unknown or without chip-table peaks."""
+    fmt = formats.get(precision, argument="precision")
+    if not fmt.peak_column and not _sub_byte_int(fmt):
+        raise ValueError(f"precision {fmt.name!r} has no peaks in the chip table; "
+                         f"expected one of {', '.join(PRECISIONS)} (or another format with a peak column)")
+    return fmt
+
+
+def _peak(chip, fmt: formats.Format) -> tuple[float | None, str]:
+    """(peak FLOP/s or None, the column used and why, or why there is none)."""
+    if fmt.peak_column and chip.has_dtype(fmt):
+        return chip.peak_flops(fmt), chip.peak_column(fmt)
+    if _sub_byte_int(fmt):
+        for wider in UNPACKED_TO:
+            if chip.has_dtype(wider):
+                return chip.peak_flops(wider), f"{chip.peak_column(wider)} ({fmt.name} unpacked to {wider})"
+    if not chip.peaks():
+        return None, "no FLOP/s published (bandwidth and memory only)"
+    unpack = f" and no {'/'.join(UNPACKED_TO)} peak to unpack to" if _sub_byte_int(fmt) else ""
+    return None, f"no {fmt.peak_column or fmt.name + ' peak'}{unpack} in the chip table"
+
+
+def peak_flops(chip, precision="fp32") -> float | None:
+    """Spec-sheet peak (FLOP/s or OP/s) of a specs.Chip for precision by the rules above; None if none."""
+    return _peak(chip, _format(precision))[0]
+
+
+def peak_basis(chip, precision="fp32") -> str:
+    """The chip-table column that peak_flops uses for precision, or why the chip has none."""
+    return _peak(chip, _format(precision))[1]
+
+
+def skipped(precision="fp32", chips: Sequence | None = None) -> list[tuple[str, str]]:
+    """(chip name, reason) for every chip the cost model leaves out at precision."""
+    fmt = _format(precision)
+    return [(c.name, why) for c in _chips(chips) for flops, why in [_peak(c, fmt)] if flops is None]
+
+
+def _chips(chips):
+    if chips is None:
+        from hwopt.machine import specs
+
+        return specs.load_chips()
+    return chips
+
+
+def _skipped_lines(precision, chips, width: int = 110) -> list[str]:
+    """'skipped ...' lines for a report: every left-out chip with its reason, grouped by reason."""
+    by_reason: dict[str, list[str]] = {}
+    for name, why in skipped(precision, chips):
+        by_reason.setdefault(why, []).append(name)
+    lines = []
+    for why, names in by_reason.items():
+        text = f"skipped, {why}: {', '.join(names)}"
+        while len(text) > width:
+            cut = text.rfind(", ", 0, width)
+            lines.append(text[:cut + 1])
+            text = "    " + text[cut + 2:]
+        lines.append(text)
+    return lines
 
 
 def _positive(name: str, value) -> float:
@@ -89,34 +144,41 @@ class ChipEstimate:
     fits_memory: bool
     price_per_hour_usd: float | None
     cost_per_million_usd: float | None  # None when no price is listed or the model does not fit
+    peak_basis: str = ""  # the chip-table column whose peak was used
 
 
-def estimate(params: float, batch_size: int = 1, precision: str = "fp32", chips: Sequence | None = None
-             ) -> list[ChipEstimate]:
-    """Predicted time and cost of a forward pass (params weights, batch_size items) per chip, cheapest first.
-
-    Chips without a price are kept (cost None) and sorted last; so are chips too small to hold the weights.
-    Chips with no listed peak for the precision (or a wider one) are left out.
-    """
-    params = _positive("params", params)
+def _check_batch(batch_size) -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer; got {batch_size!r}")
-    precision = check_precision(precision)
-    if chips is None:
-        from hwopt.machine import specs
+    return int(batch_size)
 
-        chips = specs.load_chips()
-    weight_bytes = params * BYTES_PER_WEIGHT[precision]
+
+def estimate(params: float, batch_size: int = 1, precision="fp32", chips: Sequence | None = None,
+             extra_bytes: float = 0.0) -> list[ChipEstimate]:
+    """Predicted time and cost of a forward pass (params weights, batch_size items) per chip, cheapest first.
+
+    extra_bytes: bytes each step reads besides the weights (a KV cache, say; 0 for the plain bound). Chips
+    without a price are kept (cost None) and sorted last; so are chips too small to hold the weights. Chips
+    with no peak for the precision are left out: `skipped` lists them with the reason.
+    """
+    params = _positive("params", params)
+    batch_size = _check_batch(batch_size)
+    if isinstance(extra_bytes, bool) or not isinstance(extra_bytes, int | float) or not (
+            math.isfinite(extra_bytes) and extra_bytes >= 0):
+        raise ValueError(f"extra_bytes must be a number of bytes >= 0; got {extra_bytes!r}")
+    fmt = _format(precision)
+    weight_bytes = params * fmt.bytes_per_weight
+    step_bytes = weight_bytes + extra_bytes
     flop = 2.0 * params * batch_size
     rows = []
-    for chip in chips:
-        peak = peak_flops(chip, precision)
+    for chip in _chips(chips):
+        peak, basis = _peak(chip, fmt)
         bandwidth = _number(getattr(chip, "bandwidth_gbs", None))
         if peak is None or bandwidth is None:
-            continue  # the table gives no usable peak for this precision
-        seconds = roofline_time_s(flop, weight_bytes, peak, bandwidth)
-        memory_gb = _number(getattr(chip, "memory_gb", None))
-        fits = memory_gb is None or weight_bytes <= memory_gb * 1e9
+            continue  # listed by skipped()
+        seconds = roofline_time_s(flop, step_bytes, peak, bandwidth)
+        memory = _number(getattr(chip, "memory_bytes", None))
+        fits = memory is None or step_bytes <= memory
         price = _number(getattr(chip, "price_per_hour_usd", None))
         per_item = seconds / batch_size
         rows.append(ChipEstimate(
@@ -125,10 +187,11 @@ def estimate(params: float, batch_size: int = 1, precision: str = "fp32", chips:
             batch_latency_ms=seconds * 1e3,
             ms_per_inference=per_item * 1e3,
             inferences_per_s=1.0 / per_item,
-            bound="compute" if flop / peak >= weight_bytes / (bandwidth * 1e9) else "memory",
+            bound="compute" if flop / peak >= step_bytes / (bandwidth * 1e9) else "memory",
             fits_memory=fits,
             price_per_hour_usd=price,
             cost_per_million_usd=cost_per_million_usd(per_item, price) if (price and fits) else None,
+            peak_basis=basis,
         ))
     rows.sort(key=lambda r: (r.cost_per_million_usd is None, r.cost_per_million_usd or 0.0,
                              r.ms_per_inference))
@@ -141,20 +204,88 @@ def best_chip(estimates: Sequence[ChipEstimate]) -> ChipEstimate | None:
     return min(priced, key=lambda e: e.cost_per_million_usd) if priced else None
 
 
-def cost_report(params: float, batch_size: int = 1, precision: str = "fp32", chips: Sequence | None = None,
+def inference_definition(params: float, batch_size: int = 1, precision="fp32") -> str:
+    """What one 'inference' is in this cost model, with its FLOP and bytes for this workload."""
+    params = _positive("params", params)
+    batch_size = _check_batch(batch_size)
+    fmt = _format(precision)
+    weights_gb = params * fmt.bytes_per_weight / 1e9
+    share = "the whole read" if batch_size == 1 else f"1/{batch_size} of one read"
+    return _paragraphs([
+        f"One inference = one forward pass of one input through all {params / 1e6:,.0f}M weights: "
+        f"{2 * params / 1e9:,.1f} GFLOP, and {share} of the {weights_gb:,.2f} GB of {fmt.name} weights "
+        f"(the batch of {batch_size} shares it).",
+        "For a language model that is ONE token of one sequence: a reply of 500 tokens is 500 inferences, "
+        "and a prompt of 2,000 tokens is 2,000 inferences of FLOP done in one pass.",
+        "The bound assumes 100% of the datasheet peak and bandwidth, and reads nothing but the weights."])
+
+
+def _paragraphs(sentences: list[str], width: int = 110) -> str:
+    """Sentences as lines of at most width characters, continuation lines indented."""
+    return "\n".join(textwrap.fill(s, width, subsequent_indent="  ") for s in sentences)
+
+
+def beyond_the_bound(params: float, batch_size: int, precision, chip, extra_bytes: float = 0.0,
+                     utilisation: float = 1.0, extra_label: str = "other bytes per step") -> str:
+    """Sentences: the bound's cost on chip, then with extra_bytes read per step, then at utilisation (0-1].
+
+    utilisation: the share of peak and bandwidth actually reached (a measured ratio); the time scales by 1/u.
+    """
+    params = _positive("params", params)
+    batch_size = _check_batch(batch_size)
+    if isinstance(utilisation, bool) or not isinstance(utilisation, int | float) or not 0 < utilisation <= 1:
+        raise ValueError(f"utilisation must be a fraction in (0, 1]; got {utilisation!r}")
+    if isinstance(extra_bytes, bool) or not isinstance(extra_bytes, int | float) or not (
+            math.isfinite(extra_bytes) and extra_bytes >= 0):
+        raise ValueError(f"extra_bytes must be a number of bytes >= 0; got {extra_bytes!r}")
+    fmt = _format(precision)
+    peak, basis = _peak(chip, fmt)
+    if peak is None:
+        raise ValueError(f"chip {chip.name!r} has no peak for {fmt.name}: {basis}")
+    price = _number(getattr(chip, "price_per_hour_usd", None))
+    if price is None:
+        raise ValueError(f"chip must have an on-demand price; {chip.name!r} has none in the chip table")
+    weight_bytes, flop = params * fmt.bytes_per_weight, 2.0 * params * batch_size
+
+    def usd(step_bytes):
+        seconds = roofline_time_s(flop, step_bytes, peak, chip.bandwidth_gbs) / batch_size
+        return cost_per_million_usd(seconds, price)
+
+    bound, more = usd(weight_bytes), usd(weight_bytes + extra_bytes)
+    real = more / utilisation
+    memory = _number(getattr(chip, "memory_bytes", None))
+    total_gb = (weight_bytes + extra_bytes) / 1e9
+    overflow = (f"; and the {total_gb:,.1f} GB no longer fit in its {memory / 2**30:g} GiB"
+                if memory is not None and weight_bytes + extra_bytes > memory else "")
+    return _paragraphs([
+        f"The bound on {chip.name}: ${bound:.4f} per 1M inferences ({basis}, {price:g} USD per chip-hour).",
+        f"Reading {extra_bytes / 1e9:,.1f} GB of {extra_label} per step as well: ${more:.4f} per 1M "
+        f"({more / bound:.1f}x){overflow}.",
+        f"At {utilisation:.0%} of peak and bandwidth instead of 100%: ${real:.4f} per 1M "
+        f"({real / bound:.1f}x the bound).",
+        "Still left out: attention FLOP, activations, framework and launch overhead, the time a rented chip "
+        "sits idle between requests, and the network between chips when a model needs more than one.",
+    ])
+
+
+def cost_report(params: float, batch_size: int = 1, precision="fp32", chips: Sequence | None = None,
                 top: int = 6) -> str:
-    """A short text table of the cheapest chips for a workload (the lesson's slider callback)."""
+    """A short text table of the cheapest chips for a workload, and the chips left out with the reason."""
     rows = estimate(params, batch_size, precision, chips)
+    fmt = _format(precision)
     best = best_chip(rows)
-    lines = [f"{params / 1e6:,.0f}M params, batch {batch_size}, {precision} "
-             f"({params * BYTES_PER_WEIGHT[precision] / 1e9:.2f} GB of weights)",
-             f"{'chip':28s} {'ms/inference':>13s} {'bound':>8s} {'$/1M inferences':>16s}"]
+    lines = [f"{params / 1e6:,.0f}M params, batch {batch_size}, {fmt.name} "
+             f"({params * fmt.bytes_per_weight / 1e9:.2f} GB of weights, read once per batch)",
+             "one inference = one forward pass of one input (a language model: one token), at 100% of "
+             "the datasheet",
+             f"{'chip':28s} {'ms/inference':>13s} {'bound':>8s} {'$/1M inferences':>16s}  peak used"]
     for r in rows[:top]:
         cost = f"{r.cost_per_million_usd:16.4f}" if r.cost_per_million_usd is not None else (
             f"{'no price':>16s}" if r.fits_memory else f"{'does not fit':>16s}")
         mark = "  <- best" if best is not None and r is best else ""
-        lines.append(f"{r.chip[:28]:28s} {r.ms_per_inference:13.4f} {r.bound:>8s} {cost}{mark}")
-    return "\n".join(lines)
+        lines.append(f"{r.chip[:28]:28s} {r.ms_per_inference:13.4f} {r.bound:>8s} {cost}  "
+                     f"{r.peak_basis}{mark}")
+    return "\n".join(lines + _skipped_lines(fmt, chips))
 
 
 def plot_costs(estimates: Sequence[ChipEstimate], ax=None, title: str | None = None):
@@ -185,33 +316,31 @@ def plot_costs(estimates: Sequence[ChipEstimate], ax=None, title: str | None = N
 KIND_MARKERS = {"cpu": "s", "gpu": "o", "tpu": "^", "accelerator": "D"}
 
 
-def chip_rows(chips: Sequence | None = None, precision: str = "fp16") -> list[dict]:
-    """Per chip: name, kind, peak FLOP/s at precision (with fallback), bandwidth GB/s, ridge FLOP/byte."""
-    if chips is None:
-        from hwopt.machine import specs
-
-        chips = specs.load_chips()
+def chip_rows(chips: Sequence | None = None, precision="bf16") -> list[dict]:
+    """Per chip with a peak at precision: name, kind, peak FLOP/s, its column, GB/s, ridge FLOP/byte."""
+    fmt = _format(precision)
     rows = []
-    for c in chips:
-        peak = peak_flops(c, precision)
+    for c in _chips(chips):
+        peak, basis = _peak(c, fmt)
         bandwidth = _number(getattr(c, "bandwidth_gbs", None))
         if peak is None or bandwidth is None:
             continue
-        rows.append({"name": c.name, "kind": c.kind, "peak_flops": peak, "bandwidth_gbs": bandwidth,
-                     "ridge_flop_per_byte": peak / (bandwidth * 1e9)})
+        rows.append({"name": c.name, "kind": c.kind, "peak_flops": peak, "peak_basis": basis,
+                     "bandwidth_gbs": bandwidth, "ridge_flop_per_byte": peak / (bandwidth * 1e9)})
     return rows
 
 
-def chip_table(chips: Sequence | None = None, precision: str = "fp16") -> str:
-    """Text table of the chips: peak TFLOP/s, bandwidth, ridge point (FLOP/byte), sorted by ridge point."""
-    rows = sorted(chip_rows(chips, precision), key=lambda r: r["ridge_flop_per_byte"])
-    lines = [f"{'chip':28s} {'kind':12s} {'TFLOP/s':>9s} {'GB/s':>7s} {'ridge FLOP/byte':>16s}"]
-    lines += [f"{r['name'][:28]:28s} {r['kind']:12s} {r['peak_flops'] / 1e12:9.1f} {r['bandwidth_gbs']:7.0f} "
-              f"{r['ridge_flop_per_byte']:16.0f}" for r in rows]
-    return "\n".join(lines)
+def chip_table(chips: Sequence | None = None, precision="bf16") -> str:
+    """Text table of the chips with a peak at precision, sorted by ridge point; then the chips left out."""
+    fmt = _format(precision)
+    rows = sorted(chip_rows(chips, fmt), key=lambda r: r["ridge_flop_per_byte"])
+    lines = [f"{'chip':28s} {'kind':12s} {fmt.name + ' TFLOP/s':>14s} {'GB/s':>7s} {'ridge FLOP/byte':>16s}"]
+    lines += [f"{r['name'][:28]:28s} {r['kind']:12s} {r['peak_flops'] / 1e12:14.1f} "
+              f"{r['bandwidth_gbs']:7.0f} {r['ridge_flop_per_byte']:16.0f}" for r in rows]
+    return "\n".join(lines + _skipped_lines(fmt, chips))
 
 
-def plot_chip_map(chips: Sequence | None = None, precision: str = "fp16", machine: tuple | None = None,
+def plot_chip_map(chips: Sequence | None = None, precision="bf16", machine: tuple | None = None,
                   ax=None):
     """Peak FLOP/s vs memory bandwidth (log-log) per chip; diagonals are ridge points (FLOP/byte).
 
@@ -220,7 +349,8 @@ def plot_chip_map(chips: Sequence | None = None, precision: str = "fp16", machin
     rows = chip_rows(chips, precision)
     if not rows:
         raise ValueError("chips must contain at least one chip with a peak and a bandwidth")
-    ax = plots.axes("memory bandwidth (GB/s)", f"peak {precision} (TFLOP/s; fp32 where not listed)",
+    name = _format(precision).name
+    ax = plots.axes("memory bandwidth (GB/s)", f"peak {name} (TFLOP/s; chips without one are left out)",
                     logx=True, logy=True, ax=ax, figsize=(8.0, 5.5))
     kinds = list(dict.fromkeys(r["kind"] for r in rows))
     for i, kind in enumerate(kinds):
@@ -257,10 +387,7 @@ def cost_explorer(chips: Sequence | None = None):
     """Sliders (parameters, batch size, precision) -> the cost table and bars, cheapest chip highlighted."""
     from hwopt import widgets
 
-    if chips is None:
-        from hwopt.machine import specs
-
-        chips = specs.load_chips()
+    chips = _chips(chips)
 
     def show(params, batch_size, precision):
         rows = estimate(params, batch_size, precision, chips)
@@ -274,5 +401,5 @@ def cost_explorer(chips: Sequence | None = None):
         show,
         params=widgets.log_slider("parameters", 1e6, 1e11, 1e9, unit="count"),
         batch_size=widgets.dropdown("batch size", [2**i for i in range(11)], 1),
-        precision=widgets.toggle("precision", list(BYTES_PER_WEIGHT), "fp16"),
+        precision=widgets.toggle("precision", list(PRECISIONS), "fp16"),
     )

@@ -24,10 +24,17 @@ def spec_for_device_name(device_name: str, chips=None) -> specs.Chip | None:
     have = _tokens(device_name)
     best, best_score = None, 0
     for chip in specs.load_chips() if chips is None else chips:
-        model = _tokens(chip.name.removeprefix(chip.vendor)) - {"sxm", "pcie", "80gb", "40gb"}
-        if model and model <= have and len(model) > best_score:
-            best, best_score = chip, len(model)
+        words = _tokens(chip.name.removeprefix(chip.vendor))
+        model = words - {"sxm", "pcie", "80gb", "40gb"}  # drivers spell form factor and size their own way
+        score = len(model) + len(words & have)  # a matching form factor ('PCIe') breaks a tie
+        if model and model <= have and score > best_score:
+            best, best_score = chip, score
     return best
+
+
+def _fp32_tflops(chip: specs.Chip) -> float | None:
+    """A chip's fp32 matmul peak in TFLOP/s (matrix units where listed), None if the table has none."""
+    return chip.peak_flops("fp32") / 1e12 if chip.has_dtype("fp32") else None
 
 
 def format_flops(flops: float, unit: str = "FLOP/s") -> str:
@@ -79,7 +86,7 @@ class MachineCard:
             "measured": {"bandwidth_gbs": self.bandwidth_gbs, "flops_by_dtype": dict(self.flops_by_dtype),
                          "ridge_flop_per_byte": self.ridge_points()} if self.measured else None,
             "closest_chips": [{"name": c.name, "kind": c.kind, "bandwidth_gbs": c.bandwidth_gbs,
-                               "fp32_tflops": c.fp32_tflops, "log10_distance": round(d, 3),
+                               "fp32_tflops": _fp32_tflops(c), "log10_distance": round(d, 3),
                                "source_url": c.source_url} for c, d in self.closest],
             "closest_basis": self.closest_basis,
         }
@@ -117,7 +124,7 @@ class MachineCard:
         if self.closest:
             lines.append(f"\nClosest chips in data/chips.csv ({self.closest_basis}):")
             for chip, dist in self.closest:
-                fp32 = f", fp32 {chip.fp32_tflops:g} TFLOP/s" if chip.fp32_tflops else ""
+                fp32 = f", fp32 {_fp32_tflops(chip):g} TFLOP/s" if chip.has_dtype("fp32") else ""
                 lines.append(f"  {chip.name:<28} {chip.kind:<11} {chip.bandwidth_gbs:7g} GB/s{fp32}"
                              f"   ~{10 ** dist:.3g}x away")
         return "\n".join(lines)
@@ -175,11 +182,11 @@ def machine_card(probe: bool = False, device: str = "auto", dtypes=None, quick: 
     if n_closest == 0:
         pass
     elif card.measured:
-        card.closest = specs.closest_chips(card.bandwidth_gbs, fp32 if fp32 else None, n=n_closest)
+        card.closest = specs.closest_chips(card.bandwidth_gbs, fp32 or None, n=n_closest, dtype="fp32")
         card.closest_basis = "measured bandwidth" + (" and float32 matmul FLOP/s" if fp32 else "")
     elif spec is not None:
         card.closest = [(c, d) for c, d in specs.closest_chips(
-            spec.bandwidth_gbs, spec.peak_flops() if spec.has_dtype("float32") else None, n=n_closest + 1)
+            spec.bandwidth_gbs, spec.peak_flops("fp32") if spec.has_dtype("fp32") else None, n=n_closest + 1)
             if c.name != spec.name][:n_closest]
         card.closest_basis = f"spec-sheet neighbours of {spec.name}"
     return card

@@ -1,12 +1,21 @@
-"""The chip table (data/chips.csv): vendor datasheet peaks per precision, memory, bandwidth, TDP, price.
+"""The chip table (data/chips.csv): vendor datasheet peaks per number format, memory, bandwidth, TDP, price.
 
-Every row carries its source URL and the date it was read. Derived numbers (FLOP/s from TFLOPS, ridge point,
-price per chip from an instance's price) are computed here, never typed into the table.
+Units are in the column names. Peaks are dense (no sparsity), in TFLOPS (TOPS for integers), one column per
+format: the column of a format is `formats.get(name).peak_column`. fp32 has two: fp32_tflops on the vector
+units (SIMD, CUDA cores, shaders) and fp32_matrix_tflops on matrix units that take fp32 (AMD CDNA, AWS
+Neuron), which is where a matmul runs when the vendor lists it. memory_gib is GiB (2**30 bytes): vendors' "GB"
+of DRAM or HBM capacity are binary, the memory chips come in powers of two. bandwidth_gbs is GB/s (1e9 bytes
+per second), as vendors compute it from transfer rates. An empty cell means the vendor gives no figure.
+
+Every row carries its source URL and the date it was read; every price its own URL and date. Derived numbers
+(FLOP/s from TFLOPS, bytes from GiB, ridge point, price per chip from an instance's price) are computed here,
+never typed into the table.
 """
 
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import difflib
 import math
 import re
@@ -14,47 +23,44 @@ from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
+from hwopt import formats
 from hwopt.cost import roofline
 
 CHIPS_CSV = Path(__file__).resolve().parents[2] / "data" / "chips.csv"
 KINDS = ("cpu", "gpu", "tpu", "accelerator")
-# dtype spelling -> the column holding its dense peak (TFLOPS or TOPS).
-DTYPE_COLUMNS = {
-    "float32": "fp32_tflops", "fp32": "fp32_tflops",
-    "float16": "fp16_tflops", "fp16": "fp16_tflops", "half": "fp16_tflops",
-    "bfloat16": "fp16_tflops", "bf16": "fp16_tflops",
-    "int8": "int8_tops", "qint8": "int8_tops",
-}
-NUMBER_COLUMNS = ("fp32_tflops", "fp16_tflops", "int8_tops", "memory_gb", "bandwidth_gbs", "tdp_w",
-                  "instance_price_per_hour_usd", "chips_per_instance")
-
-
-def canonical_dtype(dtype) -> str:
-    """Lower-case dtype name ('float32', 'bf16', 'int8', ...) from a str or torch dtype."""
-    key = str(dtype).lower().removeprefix("torch.")
-    if key not in DTYPE_COLUMNS:
-        raise ValueError(f"dtype must be one of {sorted(DTYPE_COLUMNS)} (or the torch dtype); got {dtype!r}")
-    return key
+PEAK_COLUMNS = ("fp32_tflops", "fp32_matrix_tflops", "fp16_tflops", "bf16_tflops", "fp8_tflops", "fp4_tflops",
+                "int8_tops", "int4_tops")
+# A format column's twin on matrix units, where the table has one (a matmul runs there when it is given).
+MATRIX_COLUMNS = {"fp32_tflops": "fp32_matrix_tflops"}
+NUMBER_COLUMNS = (*PEAK_COLUMNS, "memory_gib", "bandwidth_gbs", "tdp_w", "instance_price_per_hour_usd",
+                  "chips_per_instance")
+DATE_COLUMNS = ("read_date", "price_read_date")
 
 
 @dataclass(frozen=True)
 class Chip:
-    """One row of data/chips.csv; peaks are dense (no sparsity), None where the vendor gives none."""
+    """One row of data/chips.csv; peaks are dense TFLOPS/TOPS, None where the vendor gives no figure."""
 
     name: str
     vendor: str
     kind: str
     segment: str
     fp32_tflops: float | None
+    fp32_matrix_tflops: float | None
     fp16_tflops: float | None
+    bf16_tflops: float | None
+    fp8_tflops: float | None
+    fp4_tflops: float | None
     int8_tops: float | None
-    memory_gb: float | None
+    int4_tops: float | None
+    memory_gib: float | None
     bandwidth_gbs: float
     tdp_w: float | None
     price_instance: str
     instance_price_per_hour_usd: float | None
     chips_per_instance: float | None
     price_source_url: str
+    price_read_date: str
     source_url: str
     read_date: str
     notes: str
@@ -66,37 +72,53 @@ class Chip:
             return None
         return self.instance_price_per_hour_usd / (self.chips_per_instance or 1)
 
+    @property
+    def memory_bytes(self) -> float | None:
+        """Memory capacity in bytes (memory_gib * 2**30; None where the table gives none)."""
+        return None if self.memory_gib is None else self.memory_gib * 2**30
+
+    def peaks(self) -> dict[str, float]:
+        """The peak columns this row fills: column -> TFLOPS (TOPS for integers)."""
+        return {c: getattr(self, c) for c in PEAK_COLUMNS if getattr(self, c) is not None}
+
+    def peak_column(self, dtype="fp32") -> str | None:
+        """The column holding dtype's matmul peak (matrix units where listed), None if the row has none."""
+        column = formats.get(dtype, argument="dtype").peak_column
+        for candidate in (MATRIX_COLUMNS.get(column), column):
+            if candidate and getattr(self, candidate, None) is not None:
+                return candidate
+        return None
+
     def has_dtype(self, dtype) -> bool:
-        """True when the table gives a peak for this dtype."""
-        return getattr(self, DTYPE_COLUMNS[canonical_dtype(dtype)]) is not None
+        """True when the table gives a peak for this format (a name, alias or torch dtype)."""
+        return self.peak_column(dtype) is not None
 
-    def peak_flops(self, dtype="float32") -> float:
-        """Dense peak in FLOP/s (OP/s for int8) for dtype; ValueError if unknown or not specified."""
-        column = DTYPE_COLUMNS[canonical_dtype(dtype)]
-        value = getattr(self, column)
-        if value is None:
-            raise ValueError(f"dtype {dtype!r}: {self.name} has no {column} in the chip table "
-                             f"(the vendor does not specify it)")
-        return value * 1e12
+    def peak_flops(self, dtype="fp32") -> float:
+        """Dense matmul peak in FLOP/s (OP/s for integers) for dtype; ValueError if the table has none."""
+        fmt = formats.get(dtype, argument="dtype")
+        column = self.peak_column(fmt)
+        if column is None:
+            where = f"no {fmt.peak_column}" if fmt.peak_column else f"no column for {fmt.name} peaks"
+            raise ValueError(f"dtype {dtype!r}: {self.name} has {where} in the chip table "
+                             f"(the vendor gives no dense {fmt.name} figure)")
+        return getattr(self, column) * 1e12
 
-    def ridge_point(self, dtype="float32") -> float:
+    def ridge_point(self, dtype="fp32") -> float:
         """FLOP/byte where this chip turns from memory-bound to compute-bound for dtype."""
         return roofline.ridge_point(self.peak_flops(dtype), self.bandwidth_gbs)
 
-    def ceiling(self, dtype="float32", label: str | None = None) -> roofline.Ceiling:
+    def ceiling(self, dtype="fp32", label: str | None = None) -> roofline.Ceiling:
         """This chip's spec-sheet roof for dtype, ready for roofline.plot_roofline."""
-        return roofline.Ceiling(label or f"{self.name} {canonical_dtype(dtype)} (spec)",
-                                self.peak_flops(dtype), self.bandwidth_gbs)
+        label = label or f"{self.name} {formats.get(dtype, argument='dtype').name} (spec)"
+        return roofline.Ceiling(label, self.peak_flops(dtype), self.bandwidth_gbs)
 
     def to_dict(self) -> dict:
         """Plain dict of the row plus the computed price_per_hour_usd."""
         return {**asdict(self), "price_per_hour_usd": self.price_per_hour_usd}
 
     def __str__(self) -> str:
-        peaks = ", ".join(f"{d} {getattr(self, c):g} T" for d, c in
-                          (("fp32", "fp32_tflops"), ("fp16/bf16", "fp16_tflops"), ("int8", "int8_tops"))
-                          if getattr(self, c) is not None)
-        return f"{self.name} ({self.kind}, {self.segment}): {peaks or 'no FLOP/s given'}, " \
+        peaks = ", ".join(f"{c.rsplit('_', 1)[0]} {v:g} T" for c, v in self.peaks().items())
+        return f"{self.name} ({self.kind}, {self.segment}): {peaks or 'no FLOP/s published'}, " \
                f"{self.bandwidth_gbs:g} GB/s"
 
 
@@ -114,6 +136,17 @@ def _number(row: dict, column: str, path) -> float | None:
     return value
 
 
+def _date(row: dict, column: str, path) -> str:
+    text = (row.get(column) or "").strip()
+    if text:
+        try:
+            dt.date.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"{path}: column {column} of {row.get('name')!r} must be a date YYYY-MM-DD; "
+                             f"got {text!r}") from None
+    return text
+
+
 @lru_cache(maxsize=8)
 def _load(path: str) -> tuple[Chip, ...]:
     with open(path, newline="", encoding="utf-8") as f:
@@ -126,6 +159,7 @@ def _load(path: str) -> tuple[Chip, ...]:
             raise ValueError(f"{path}: missing columns {sorted(missing)}")
         values = {k: (row[k] or "").strip() for k in names}
         values.update({c: _number(row, c, path) for c in NUMBER_COLUMNS})
+        values.update({c: _date(row, c, path) for c in DATE_COLUMNS})
         if values["bandwidth_gbs"] is None:
             raise ValueError(f"{path}: {row['name']!r} needs bandwidth_gbs")
         if values["kind"] not in KINDS:
@@ -175,7 +209,7 @@ def chips_by_kind(kind: str, path=None) -> list[Chip]:
     return [c for c in load_chips(path) if c.kind == kind]
 
 
-def closest_chips(bandwidth_gbs: float, flops: float | None = None, n: int = 3, *, dtype="float32",
+def closest_chips(bandwidth_gbs: float, flops: float | None = None, n: int = 3, *, dtype="fp32",
                   path=None) -> list[tuple[Chip, float]]:
     """The n chips nearest to (bandwidth_gbs, flops in FLOP/s for dtype) on log scales, with their distance.
 
@@ -190,27 +224,54 @@ def closest_chips(bandwidth_gbs: float, flops: float | None = None, n: int = 3, 
         raise ValueError("bandwidth_gbs must be a positive number; got None")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive integer; got {n!r}")
-    canonical_dtype(dtype)
+    fmt = formats.get(dtype, argument="dtype")
     scored = []
     for chip in load_chips(path):
         d2 = math.log10(chip.bandwidth_gbs / bandwidth_gbs) ** 2
         if flops is not None:
-            if not chip.has_dtype(dtype):
+            if not chip.has_dtype(fmt):
                 continue
-            d2 += math.log10(chip.peak_flops(dtype) / flops) ** 2
+            d2 += math.log10(chip.peak_flops(fmt) / flops) ** 2
         scored.append((chip, math.sqrt(d2)))
     scored.sort(key=lambda pair: pair[1])
     return scored[:n]
 
 
-def table(chips=None, dtype="float32") -> list[dict]:
-    """Rows for display: name, kind, peak TFLOPS for dtype, GB/s, ridge FLOP/byte, USD per chip-hour."""
+def table(chips=None, dtype="fp32") -> list[dict]:
+    """Rows for display: name, kind, peak TFLOPS for dtype, GB/s, GiB, ridge FLOP/byte, USD per chip-hour."""
+    fmt = formats.get(dtype, argument="dtype")
     rows = []
     for c in load_chips() if chips is None else chips:
-        has = c.has_dtype(dtype)
+        has = c.has_dtype(fmt)
         rows.append({"name": c.name, "kind": c.kind, "segment": c.segment,
-                     "peak_tflops": c.peak_flops(dtype) / 1e12 if has else None,
-                     "bandwidth_gbs": c.bandwidth_gbs, "memory_gb": c.memory_gb,
-                     "ridge_flop_per_byte": c.ridge_point(dtype) if has else None,
+                     "peak_tflops": c.peak_flops(fmt) / 1e12 if has else None,
+                     "peak_column": c.peak_column(fmt),
+                     "bandwidth_gbs": c.bandwidth_gbs, "memory_gib": c.memory_gib,
+                     "ridge_flop_per_byte": c.ridge_point(fmt) if has else None,
                      "price_per_hour_usd": c.price_per_hour_usd})
     return rows
+
+
+def compare_bandwidth(chip: Chip, other: Chip) -> str:
+    """One sentence setting chip's datasheet GB/s against other's (lesson 7: like with like)."""
+    ratio = chip.bandwidth_gbs / other.bandwidth_gbs
+    a, b = f"{chip.name} ({chip.kind})", f"{other.name} ({other.kind})"
+    figures = f"{chip.bandwidth_gbs:g} vs {other.bandwidth_gbs:g} GB/s, datasheet against datasheet"
+    if ratio < 1:
+        return f"{a} streams less than {b}: {figures} ({ratio:.2f}x)."
+    return f"{a} streams {ratio:.1f}x the GB/s of {b}: {figures}."
+
+
+def datasheet_share(measured_gbs: float, chip: Chip | None, label: str = "this machine") -> str:
+    """Sentences setting a measured GB/s against the datasheet of the chip it ran on (None: not in table)."""
+    if isinstance(measured_gbs, bool) or not isinstance(measured_gbs, int | float) or not (
+            math.isfinite(measured_gbs) and measured_gbs > 0):
+        raise ValueError(f"measured_gbs must be a positive number of GB/s; got {measured_gbs!r}")
+    measured = f"{label} streamed {measured_gbs:.1f} GB/s"
+    if chip is None:
+        return (f"{measured}.\nThe chip table has no datasheet for this chip (a VM may hide its model), so "
+                f"no share can be computed:\nset the {measured_gbs:.1f} GB/s against your own machine (the "
+                "cores and memory channels you were given),\nnot against a whole server socket or GPU card.")
+    share = measured_gbs / chip.bandwidth_gbs
+    return (f"{measured} = {share:.0%} of its own datasheet ({chip.name}, {chip.bandwidth_gbs:g} GB/s).\n"
+            "Compare shares like this one with each other, and datasheets with datasheets.")

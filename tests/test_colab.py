@@ -38,6 +38,16 @@ def test_readme_lists_every_student_notebook_with_a_colab_badge():
         assert f"]({notebook.colab_url})" in readme, f"README should have a Colab badge for {notebook.path}"
 
 
+def test_readme_gives_every_assignment_its_lesson_and_points_in_course_order():
+    assignments = [nb for nb in colab.student_notebooks() if nb.kind == "assignment"]
+    numbers = [int(nb.title.split()[1]) for nb in assignments]
+    assert numbers == sorted(numbers), "Assignment 10 comes after Assignment 9, not after Assignment 1"
+    readme = (ROOT / "README.md").read_text()
+    for nb in assignments:
+        assert nb.lesson and nb.points > 0, f"{nb.path}: its intro needs a '**Lesson:** ...' line and points"
+        assert f"| [{nb.title}]({nb.path.as_posix()}) | {nb.lesson} | {nb.points:g} |" in readme
+
+
 def test_badges_and_setup_cells_use_the_one_repository_url():
     readme = (ROOT / "README.md").read_text()
     github = colab.REPO_URL.removeprefix("https://github.com/")

@@ -46,6 +46,8 @@ class StudentNotebook:
     path: Path
     title: str
     kind: str  # "lesson" | "assignment"
+    lesson: str = ""  # assignments: the lessons they practise (the intro's "**Lesson:**" line)
+    points: float = 0.0  # assignments: the points of all their graded cells
 
     @property
     def colab_url(self) -> str:
@@ -88,11 +90,27 @@ def notebook_title(path: Path) -> str:
     return path.stem
 
 
+def assignment_facts(path: Path) -> tuple[str, float]:
+    """(the lessons an assignment practises, from its "**Lesson:**" line; its total points)."""
+    nb = nbformat.read(path, as_version=4)
+    lesson = next((m[1].strip() for cell in nb.cells if cell.cell_type == "markdown"
+                   for m in [re.search(r"^\*\*Lessons?:\*\*(.+)$", cell.source, re.M)] if m), "")
+    points = sum(float(cell.metadata.get("nbgrader", {}).get("points", 0)) for cell in nb.cells
+                 if cell.metadata.get("nbgrader", {}).get("grade"))
+    return lesson, points
+
+
+def _course_order(nb: StudentNotebook) -> tuple[int, str]:
+    number = re.match(r"Assignment (\d+)", nb.title)
+    return (int(number[1]) if number else 10**6, nb.title)
+
+
 def student_notebooks(root: Path = ROOT) -> list[StudentNotebook]:
     """Lessons then released assignments: what the README lists with Colab badges."""
     lessons = [StudentNotebook(p, notebook_title(root / p), "lesson") for p in lesson_paths(root)]
-    tasks = [StudentNotebook(p, notebook_title(root / p), "assignment") for p in release_paths(root)]
-    tasks.sort(key=lambda nb: nb.title)  # "Assignment 1 ...", "Assignment 2 ...": the course's order
+    tasks = [StudentNotebook(p, notebook_title(root / p), "assignment", *assignment_facts(root / p))
+             for p in release_paths(root)]
+    tasks.sort(key=_course_order)  # "Assignment 1 ...", "Assignment 2 ...", ..., "Assignment 10 ..."
     return lessons + tasks
 
 
@@ -168,10 +186,13 @@ def readme_block(root: Path = ROOT) -> str:
         notebooks = [nb for nb in student_notebooks(root) if nb.kind == kind]
         if not notebooks:
             continue
-        lines += [f"**{heading}**", "", "| Notebook | Open in Colab |", "|---|---|"]
+        extra = " Lesson | Points |" if kind == "assignment" else ""
+        lines += [f"**{heading}**", "", f"| Notebook |{extra} Open in Colab |",
+                  "|---|" + "---|" * extra.count("|") + "---|"]
         for nb in notebooks:
             badge = f"[![Open In Colab]({COLAB_BADGE_SVG})]({nb.colab_url})"
-            lines.append(f"| [{nb.title}]({nb.path.as_posix()}) | {badge} |")
+            facts = f" {nb.lesson} | {nb.points:g} |" if kind == "assignment" else ""
+            lines.append(f"| [{nb.title}]({nb.path.as_posix()}) |{facts} {badge} |")
         lines.append("")
     lines += [
         "On Colab, run each notebook's first cell: it fetches this repository and installs the toolkit and",

@@ -115,7 +115,7 @@ class MachineCard:
         else:
             lines.append("Not measured: run with probe=True (CLI: --probe) for bandwidth and matmul FLOP/s.")
         if self.closest:
-            lines.append(f"\nClosest chips in data/chips.csv ({self.closest_basis}):")
+            lines.append(f"\nClosest chips in hwopt/data/chips.csv ({self.closest_basis}):")
             for chip, dist in self.closest:
                 fp32 = f", fp32 {chip.fp32_tflops:g} TFLOP/s" if chip.fp32_tflops else ""
                 lines.append(f"  {chip.name:<28} {chip.kind:<11} {chip.bandwidth_gbs:7g} GB/s{fp32}"

@@ -15,8 +15,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from hwopt.cost import roofline
+from hwopt.data import DATA_DIR
 
-CHIPS_CSV = Path(__file__).resolve().parents[2] / "data" / "chips.csv"
+CHIPS_CSV = DATA_DIR / "chips.csv"
 KINDS = ("cpu", "gpu", "tpu", "accelerator")
 # dtype spelling -> the column holding its dense peak (TFLOPS or TOPS).
 DTYPE_COLUMNS = {

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hwopt.experiments import lowbit_gemv
+from hwopt.experiments import lowbit_gemv, ort
 from hwopt.machine import bench
 
 # Stated tolerances: relative L2 error of the stack's output vs the fp32 oracle (4 layers, random weights).
@@ -193,16 +193,62 @@ def _blocked(w, block_size: int):
     return w, k, n, k // block_size
 
 
-def quantize_int4(w: np.ndarray, block_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric blockwise int4 of w (K, N) for MatMulNBits: packed (N, K/bs, bs/2) uint8, scales (N, K/bs)"""
-    from onnxruntime.capi._pybind_state import quantize_matmul_4bits
+def _matmul_nbits(model, bits: int, block_size: int, accuracy_level: int = 0):
+    """model (onnx.ModelProto) with every MatMul on a constant (K, N) weight turned into MatMulNBits:
+    symmetric blockwise weights, quantized by ONNX Runtime's MatMulNBitsQuantizer (its public API)."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:  # importing the module calls logging.basicConfig(level=INFO): a log line per layer, on stderr
+        from onnxruntime.quantization.matmul_nbits_quantizer import (
+            DefaultWeightOnlyQuantConfig,
+            MatMulNBitsQuantizer,
+        )
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+    config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True, bits=bits,
+                                          accuracy_level=accuracy_level or None,
+                                          op_types_to_quantize=("MatMul",))
+    quantizer = MatMulNBitsQuantizer(model, algo_config=config)
+    quantizer.process()
+    return quantizer.model.model
+
+
+def _fp32_model(layers, d_model: int):
+    """ONNX model of the stack in fp32, h <- h + MatMul(h, B_i): what MatMulNBitsQuantizer quantizes."""
+    from onnx import helper, numpy_helper
+
+    nodes, inits = [], []
+    for i, w in enumerate(layers):
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(w, dtype=np.float32), f"W{i}"))
+        nodes += [helper.make_node("MatMul", [f"h{i}", f"W{i}"], [f"y{i}"]),
+                  helper.make_node("Add", [f"h{i}", f"y{i}"], [f"h{i + 1}"])]
+    return _graph(nodes, inits, d_model)
+
+
+def _quantize_blocks(w: np.ndarray, bits: int, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(packed uint8 (N, K/bs, bs*bits/8), scales (N, K/bs)) of w (K, N), as MatMulNBits stores them."""
+    from onnx import TensorProto, helper, numpy_helper
 
     w, k, n, blocks = _blocked(w, block_size)
-    packed = np.zeros((n, blocks, block_size // 2), dtype=np.uint8)
-    scales = np.zeros((n, blocks), dtype=np.float32)
-    zero_points = np.zeros((n, (blocks + 1) // 2), dtype=np.uint8)
-    quantize_matmul_4bits(packed, w, scales, zero_points, block_size, n, k, True)
-    return packed, scales
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])], "one_matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], [numpy_helper.from_array(w, "W")])
+    model = _matmul_nbits(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), bits,
+                          block_size)
+    (node,) = model.graph.node
+    arrays = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    packed, scales = arrays[node.input[1]], arrays[node.input[2]]
+    return packed.reshape(n, blocks, block_size * bits // 8), scales.reshape(n, blocks).astype(np.float32)
+
+
+def quantize_int4(w: np.ndarray, block_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric blockwise int4 of w (K, N) for MatMulNBits: packed (N, K/bs, bs/2) uint8, scales (N, K/bs)"""
+    return _quantize_blocks(w, 4, block_size)
 
 
 def dequantize_int4(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
@@ -214,7 +260,8 @@ def dequantize_int4(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
     return (values * scales[:, :, None]).reshape(n, blocks * 2 * half).T.copy()
 
 
-def _graph_bytes(nodes, initializers, d_model: int) -> bytes:
+def _graph(nodes, initializers, d_model: int):
+    """onnx.ModelProto of the decode step: input h0 (1, d_model), the last node's output (1, d_model)."""
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
@@ -223,7 +270,11 @@ def _graph_bytes(nodes, initializers, d_model: int) -> bytes:
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
     model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 10  # onnxruntime reads IR <= 10 everywhere the course runs
-    return model.SerializeToString()
+    return model
+
+
+def _graph_bytes(nodes, initializers, d_model: int) -> bytes:
+    return _graph(nodes, initializers, d_model).SerializeToString()
 
 
 def int8_model_bytes(stack: DecodeStack) -> bytes:
@@ -249,13 +300,7 @@ def int8_model_bytes(stack: DecodeStack) -> bytes:
 
 def quantize_int8_blocks(w: np.ndarray, block_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric blockwise int8 of w (K, N) for MatMulNBits: packed (N, K/bs, bs) uint8 (q - 128), scales."""
-    from onnxruntime.capi._pybind_state import quantize_matmul_8bits
-
-    w, k, n, blocks = _blocked(w, block_size)
-    packed = np.zeros((n, blocks, block_size), dtype=np.uint8)
-    scales = np.zeros((n, blocks), dtype=np.float32)
-    quantize_matmul_8bits(packed, w, scales, np.zeros((n, blocks), dtype=np.uint8), block_size, n, k, True)
-    return packed, scales
+    return _quantize_blocks(w, 8, block_size)
 
 
 def dequantize_int8_blocks(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
@@ -268,43 +313,17 @@ def dequantize_int8_blocks(packed: np.ndarray, scales: np.ndarray) -> np.ndarray
 def nbits_model_bytes(stack: DecodeStack, bits: int = 4, block_size: int = 32,
                       accuracy_level: int = 4) -> bytes:
     """ONNX graph (bytes) of the stack, MatMulNBits weights (4 or 8 bits; accuracy_level 4: int8 compute)."""
-    from onnx import helper, numpy_helper
-
     if bits not in (4, 8):
         raise ValueError(f"bits must be 4 or 8; got {bits!r}")
-    nodes, inits = [], []
-    d = stack.d_model
-    for i, w in enumerate(stack.layers):
-        packed, scales = (quantize_int4 if bits == 4 else quantize_int8_blocks)(w, block_size)
-        inits += [numpy_helper.from_array(packed, f"W{i}"), numpy_helper.from_array(scales, f"Ws{i}")]
-        attrs = {"K": d, "N": d, "bits": bits, "block_size": block_size}
-        if accuracy_level:
-            attrs["accuracy_level"] = accuracy_level
-        nodes += [helper.make_node("MatMulNBits", [f"h{i}", f"W{i}", f"Ws{i}"], [f"y{i}"],
-                                   domain="com.microsoft", **attrs),
-                  helper.make_node("Add", [f"h{i}", f"y{i}"], [f"h{i + 1}"])]
-    return _graph_bytes(nodes, inits, d)
+    for w in stack.layers:
+        _blocked(w, block_size)
+    model = _matmul_nbits(_fp32_model(stack.layers, stack.d_model), bits, block_size, accuracy_level)
+    return model.SerializeToString()
 
 
 def int4_model_bytes(stack: DecodeStack, block_size: int = 32, accuracy_level: int = 4) -> bytes:
     """ONNX graph (bytes) of the stack, int4 weights: MatMulNBits (accuracy_level 4 = int8 compute)."""
     return nbits_model_bytes(stack, 4, block_size, accuracy_level)
-
-
-def ort_session(model_bytes: bytes, threads: int | None = None):
-    """CPU InferenceSession from in-memory ONNX bytes with an explicit intra-op thread count."""
-    import onnxruntime as ort
-    import torch
-
-    threads = torch.get_num_threads() if threads is None else int(_positive("threads", threads, integer=True))
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3  # errors only: no warnings in the lesson's output
-    # Idle ORT threads would otherwise spin for a while after each run, stealing the cores from whatever is
-    # timed next (numpy, torch): interleaved comparisons would then penalise the fp32 paths.
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
 
 
 def ort_step(session, stack: DecodeStack) -> Callable[[], np.ndarray]:
@@ -344,11 +363,15 @@ def decode_paths(stack: DecodeStack, device="cpu", threads: int | None = None) -
             DecodePath(f"fp16 torch {device}", "fp16", torch_step(stack, device, "float16"),
                        stack.weight_bytes(2)),
         ]
-    # Two int8 kernels (which is faster depends on the CPU), one int4; all with explicit thread counts.
-    int8 = ort_session(int8_model_bytes(stack), threads)
+    # Two int8 kernels (which is faster depends on the CPU), one int4; on the cores torch uses, and with idle
+    # threads that sleep rather than spin (they would slow whichever path is timed next).
+    import torch
+
+    ort_threads = torch.get_num_threads() if threads is None else threads
+    int8 = ort.make_session(int8_model_bytes(stack), threads=ort_threads)
     block = 128 if stack.d_model % 128 == 0 else 32  # 8-bit blocks of 128 ran fastest on the CPUs we tried
-    int8_blocks = ort_session(nbits_model_bytes(stack, bits=8, block_size=block), threads)
-    int4 = ort_session(nbits_model_bytes(stack, bits=4), threads)
+    int8_blocks = ort.make_session(nbits_model_bytes(stack, bits=8, block_size=block), threads=ort_threads)
+    int4 = ort.make_session(nbits_model_bytes(stack, bits=4), threads=ort_threads)
     paths += [
         DecodePath("int8 ORT MatMulInteger", "int8", ort_step(int8, stack), stack.weight_bytes(1)),
         DecodePath("int8 ORT MatMulNBits", "int8", ort_step(int8_blocks, stack), stack.weight_bytes(1)),

@@ -22,10 +22,18 @@ class Kernel:
         ksm = KernelSpecManager(kernel_dirs=[str(ROOT / "autograder" / "kernels")])
         self.km = sandbox.SandboxedKernelManager(kernel_name="hwopt-grader", kernel_spec_manager=ksm)
         self.loop = asyncio.new_event_loop()
-        self.loop.run_until_complete(self.km.start_kernel(cwd=str(cwd), env={**os.environ, **env}))
+        try:
+            self.loop.run_until_complete(self.km.start_kernel(cwd=str(cwd), env={**os.environ, **env}))
+        except BaseException:
+            self.loop.close()
+            raise
         self.kc = self.km.client()
         self.kc.start_channels()
-        self.loop.run_until_complete(self.kc.wait_for_ready(timeout=60))
+        try:
+            self.loop.run_until_complete(self.kc.wait_for_ready(timeout=60))
+        except BaseException:
+            self.close()  # a kernel that died at start still has its folder of sockets: remove it
+            raise
 
     def run(self, code: str) -> str:
         out = []

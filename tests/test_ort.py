@@ -221,3 +221,9 @@ def test_tensorrt_fp16_check_compares_with_the_oracle(monkeypatch, exported):
     assert not bad["ok"]
     with pytest.raises(ValueError, match="tolerance"):
         hort.tensorrt_fp16_check(exported[1], np.zeros((1, 64)), np.zeros((1, 2)), tolerance=0)
+
+
+def test_the_toolkit_uses_onnxruntimes_public_api_only():
+    root = Path(__file__).resolve().parents[1] / "hwopt"
+    private = [p.relative_to(root).as_posix() for p in root.rglob("*.py") if "_pybind_state" in p.read_text()]
+    assert not private, f"onnxruntime.capi._pybind_state is private (use onnxruntime.quantization): {private}"

@@ -219,14 +219,19 @@ def _matmul_nbits(model, bits: int, block_size: int, accuracy_level: int = 0):
 
 def _fp32_model(layers, d_model: int):
     """ONNX model of the stack in fp32, h <- h + MatMul(h, B_i): what MatMulNBitsQuantizer quantizes."""
-    from onnx import helper, numpy_helper
+    from onnx import TensorProto, helper
 
-    nodes, inits = [], []
-    for i, w in enumerate(layers):
-        inits.append(numpy_helper.from_array(np.ascontiguousarray(w, dtype=np.float32), f"W{i}"))
+    nodes = []
+    for i in range(len(layers)):
         nodes += [helper.make_node("MatMul", [f"h{i}", f"W{i}"], [f"y{i}"]),
                   helper.make_node("Add", [f"h{i}", f"y{i}"], [f"h{i + 1}"])]
-    return _graph(nodes, inits, d_model)
+    model = _graph(nodes, [], d_model)
+    for i, w in enumerate(layers):  # in place: make_graph and make_model would copy every weight twice
+        init = model.graph.initializer.add()
+        init.name, init.data_type = f"W{i}", TensorProto.FLOAT
+        init.dims.extend(w.shape)
+        init.raw_data = np.ascontiguousarray(w, dtype="<f4").tobytes()
+    return model
 
 
 def _quantize_blocks(w: np.ndarray, bits: int, block_size: int) -> tuple[np.ndarray, np.ndarray]:

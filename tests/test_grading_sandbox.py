@@ -147,6 +147,15 @@ print(children)""").split()
     assert 0 < int(got[3]) < 64, "a fork bomb stops at the process limit"
 
 
+def test_cleaning_up_a_kernel_that_died_at_start_removes_its_folder(tmp_path):
+    km = sandbox.SandboxedKernelManager(kernel_name="hwopt-grader")
+    km.run_dir = tmp_path / "hwopt-kernel-x"
+    km.run_dir.mkdir()
+    km.connection_file = str(km.run_dir / "connection.json")
+    asyncio.run(km.cleanup_resources())  # what nbclient calls when the kernel is no longer alive
+    assert not (tmp_path / "hwopt-kernel-x").exists() and km.run_dir is None
+
+
 def test_no_sandbox_stops_grading_unless_allowed(monkeypatch, course):
     monkeypatch.setattr(sandbox, "why_unavailable", lambda: "bubblewrap is not installed")
     with pytest.raises(sandbox.SandboxUnavailable, match="HWOPT_GRADER_UNSANDBOXED=1"):

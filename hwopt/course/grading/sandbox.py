@@ -207,3 +207,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         if not restart and self.run_dir is not None:
             shutil.rmtree(self.run_dir, ignore_errors=True)
             self.run_dir = None
+
+    # AsyncKernelManager binds the base class's coroutine to this name: without this, nbclient's clean-up of
+    # a kernel that died at start would skip the override above and leave run_dir behind.
+    cleanup_resources = _async_cleanup_resources

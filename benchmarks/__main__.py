@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from benchmarks import course, decode_scaling, effects, fidelity, figures, grading, report
+from hwopt.machine import probe
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("fidelity", "effects", "notebooks", "grading", "scaling")
@@ -109,8 +110,7 @@ def run(out_dir: Path, *, quick: bool, sections=SECTIONS, class_size: int | None
     started, t0 = datetime.now(UTC), time.perf_counter()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    build = Path(tempfile.mkdtemp(prefix="hwopt-bench-"))  # compiled kernels and logs stay out of the report
-    ctx = {"build": build, "quick": quick, "threads": torch.get_num_threads(), "stats": [],
+    ctx = {"build": None, "quick": quick, "threads": torch.get_num_threads(), "stats": [],
            "class_size": class_size}
     skipped = "not measured in this run (--only)"
     doc = {
@@ -123,7 +123,10 @@ def run(out_dir: Path, *, quick: bool, sections=SECTIONS, class_size: int | None
         "scaling": {"bandwidth": [], "gemv": [], "grading": [], "notes": []},
         "noise": {}, "plots": {},
     }
-    with warnings.catch_warnings(record=True) as seen:
+    # compiled kernels and the kernels' logs stay out of the report, deleted with their folder at the end
+    with tempfile.TemporaryDirectory(prefix="hwopt-bench-") as build, \
+            warnings.catch_warnings(record=True) as seen:
+        ctx["build"] = Path(build)
         warnings.simplefilter("always")
         for key in SECTIONS:
             if key in sections:
@@ -135,7 +138,7 @@ def run(out_dir: Path, *, quick: bool, sections=SECTIONS, class_size: int | None
     messages = [f"{w.category.__name__}: {str(w.message).splitlines()[0][:160]}" for w in seen]
     doc["machine"] = {**machine_card(measured_probe(doc)), "threads": ctx["threads"]}
     doc["noise"] = report.noise_summary(ctx["stats"], messages)
-    doc["plots"] = figures.save_all(doc, out_dir, fidelity.cache_sizes_bytes())
+    doc["plots"] = figures.save_all(doc, out_dir, probe.cache_sizes_bytes())
     doc["duration_s"] = time.perf_counter() - t0
     json_path, md_path = report.write_report(doc, out_dir)
     _log(f"wrote {md_path} and {json_path} in {doc['duration_s']:.0f} s")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import glob
-import os
 from pathlib import Path
 
 from benchmarks import native, report
@@ -12,40 +10,9 @@ from hwopt.machine import bench
 MB = 1e6
 
 
-def cache_sizes_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict[str, int]:
-    """Data/unified cache bytes per level, summed over instances (e.g. {'L1': 65536, ...}); {} if unknown."""
-    sizes: dict[str, int] = {}
-    n_cpus = os.cpu_count() or 1
-    for index in sorted(glob.glob(f"{root}/index*")):
-        try:
-            level = Path(index, "level").read_text().strip()
-            kind = Path(index, "type").read_text().strip()
-            size = Path(index, "size").read_text().strip()
-            shared = Path(index, "shared_cpu_list").read_text().strip()
-        except OSError:
-            continue
-        if kind == "Instruction":
-            continue
-        units = {"K": 2**10, "M": 2**20, "G": 2**30}
-        value = int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
-        sharing = _count_cpus(shared)
-        sizes[f"L{level}"] = value * max(1, n_cpus // max(1, sharing))
-    return sizes
-
-
-def _count_cpus(cpu_list: str) -> int:
-    """Number of CPUs in a Linux cpu list like '0-1,4'."""
-    count = 0
-    for part in cpu_list.split(","):
-        lo, _, hi = part.partition("-")
-        count += int(hi) - int(lo) + 1 if hi else 1
-    return count
-
-
-def stream_array_bytes(quick: bool, caches: dict[str, int]) -> float:
-    """Bytes per STREAM array: 8x the last-level cache (4x in quick mode), at least 128 MB."""
-    llc = max(caches.values()) if caches else 32 * 2**20
-    return max(128 * MB, (4 if quick else 8) * llc)
+def stream_array_bytes(quick: bool, llc_bytes: int | None) -> float:
+    """Bytes per STREAM array: 8x the last-level cache (quick: 4x; unknown: 32 MiB), at least 128 MB."""
+    return max(128 * MB, (4 if quick else 8) * (llc_bytes or 32 * 2**20))
 
 
 def _rates(bytes_moved: float, times_s) -> list[float]:
@@ -57,7 +24,7 @@ def measure(build_dir: Path, *, quick: bool, threads: int, progress=None) -> tup
     from hwopt.machine import probe
 
     rounds = 3 if quick else 6
-    caches = cache_sizes_bytes()
+    llc = probe.last_level_cache_bytes()
     notes: list[str] = []
     rows: list[dict] = []
     exes = {}
@@ -66,13 +33,13 @@ def measure(build_dir: Path, *, quick: bool, threads: int, progress=None) -> tup
             exes[name] = native.compile_kernel(name, build_dir)
         except native.NativeUnavailable as exc:
             notes.append(f"C reference `{name}` not available: {exc}")
-    n = native.stream_elements_for(stream_array_bytes(quick, caches))
+    n = native.stream_elements_for(stream_array_bytes(quick, llc))
     gemm_n = 2048 if quick else 4096
     notes.append(
         f"{threads} threads for every kernel (the probe's torch thread count); STREAM arrays: 3 x "
-        f"{n * 8 / MB:,.0f} MB doubles (last-level cache {max(caches.values()) / MB:,.0f} MB); sgemm "
+        f"{n * 8 / MB:,.0f} MB doubles (last-level cache {llc / MB:,.0f} MB); sgemm "
         f"{gemm_n}x{gemm_n} float32; {rounds} interleaved rounds (reference, probe, reference, probe, ...)."
-        if caches else f"{threads} threads; {rounds} interleaved rounds.")
+        if llc else f"{threads} threads; {rounds} interleaved rounds.")
 
     # One value per round and source, each as that tool reports it: STREAM the best of its trials (as STREAM
     # does), the probes their own figure, sgemm and the FMA loop the best of their repeats in the round.

@@ -8,9 +8,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-import numpy as np
-
-from hwopt.machine.bench import NOISE_THRESHOLD, Measurement, speedup
+from hwopt.machine.bench import NOISE_THRESHOLD, Measurement, quantile, speedup
 
 SCHEMA_VERSION = 2  # 2: course_cost.grading_honest (the grading goal); course_cost.grading is the sample mix
 NOTEBOOK_GOAL_S = 90.0  # headless execution of one lesson or assignment notebook on a 2-core CPU
@@ -19,11 +17,6 @@ GRADING_GOAL = "grading seconds per submission-notebook, sandboxed, serial"
 
 MEETS, BELOW, NO_GOAL, UNAVAILABLE = "meets goal", "below goal", "no goal", "not available"
 VERDICTS = (MEETS, BELOW, NO_GOAL, UNAVAILABLE)
-
-
-def _quantile(values: Sequence[float], q: float) -> float:
-    """Quantile q in [0, 1] with linear interpolation (numpy's default, as hwopt.machine.bench uses)."""
-    return float(np.percentile(np.asarray(values, dtype=float), 100 * q))
 
 
 def verdict(ratio: float | None, goal: float | None) -> str:
@@ -52,7 +45,7 @@ def rate_stats(label: str, values: Sequence[float], unit: str) -> dict:
     values = [float(v) for v in values]
     if not values or any(not math.isfinite(v) or v <= 0 for v in values):
         raise ValueError(f"values must be a non-empty sequence of positive rates, got {values!r}")
-    q1, q3, median = _quantile(values, 0.25), _quantile(values, 0.75), statistics.median(values)
+    q1, q3, median = quantile(values, 0.25), quantile(values, 0.75), statistics.median(values)
     return {
         "label": label, "unit": unit, "median": median, "q1": q1, "q3": q3, "iqr": q3 - q1,
         "best": max(values), "relative_iqr": (q3 - q1) / median, "repeats": len(values),
@@ -74,8 +67,8 @@ def speedup_row(name: str, baseline: Measurement, candidate: Measurement, goal: 
     pairs = paired_ratios(baseline, candidate)
     return {
         "name": name, "kind": "speedup", "goal": goal, "ratio": ratio, "verdict": verdict(ratio, goal),
-        "ratio_q1": _quantile(pairs, 0.25) if pairs else None,
-        "ratio_q3": _quantile(pairs, 0.75) if pairs else None,
+        "ratio_q1": quantile(pairs, 0.25) if pairs else None,
+        "ratio_q3": quantile(pairs, 0.75) if pairs else None,
         "ratio_of_best": baseline.min_s / candidate.min_s if candidate.min_s > 0 else None,
         "baseline": time_stats(baseline), "candidate": time_stats(candidate), "note": note,
     }
@@ -95,8 +88,8 @@ def fidelity_row(name: str, candidate: dict, reference: dict, goal: float | None
     ratio = candidate["median"] / reference["median"]
     return {
         "name": name, "kind": "fidelity", "goal": goal, "ratio": ratio, "verdict": verdict(ratio, goal),
-        "ratio_q1": _quantile(pairs, 0.25) if pairs else None,
-        "ratio_q3": _quantile(pairs, 0.75) if pairs else None,
+        "ratio_q1": quantile(pairs, 0.25) if pairs else None,
+        "ratio_q3": quantile(pairs, 0.75) if pairs else None,
         "ratio_of_best": candidate["best"] / reference["best"],
         "baseline": reference, "candidate": candidate, "note": note,
     }

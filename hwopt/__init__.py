@@ -2,6 +2,7 @@
 
 - formats, arguments, plots, widgets: the vocabulary of number formats, the one argument checker, the one
   plotting style and the sliders; every layer below uses them.
+- data/: the course's data, every row with its source (chips.csv, model_shapes.csv), shipped in the package.
 - machine/ (measuring the machine): hardware (what is this machine), specs (the chip table, data/chips.csv),
   bench (timing), probe (live ceilings: GB/s, FLOP/s), card (the machine card).
 - cost/ (models of cost): roofline, costs (time and dollars per chip), batching, serving (queueing),

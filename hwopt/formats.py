@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Format:
-    """One number format. `peak_column` names the data/chips.csv column of its dense peak ('' if none)."""
+    """One number format. `peak_column` names the chips.csv column of its dense peak ('' if none)."""
 
     name: str
     bits: int  # bits per stored value

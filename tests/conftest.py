@@ -1,5 +1,39 @@
-"""Shared test setup: plots render off-screen."""
+"""Shared test setup: plots render off-screen; the session's temporary files are its own and checked.
+
+Every temporary file of the session (this process, the kernels and subprocesses it starts) goes to one fresh
+folder, so the check at the end sees what this session left and nothing of another run on the same machine:
+an `hwopt-*` entry left there fails the run, naming it.
+"""
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+LEFT_BEHIND_PATTERN = "hwopt-*"  # what the toolkit names its temporary folders
+SESSION_TMP = Path(tempfile.mkdtemp(prefix="course-tests-"))
+os.environ["TMPDIR"] = str(SESSION_TMP)  # subprocesses and kernels inherit it
+tempfile.tempdir = None  # tempfile reads TMPDIR again on next use
+
+
+def left_behind(folder: Path = SESSION_TMP) -> list[str]:
+    """Names of the toolkit's temporary entries still in folder."""
+    return sorted(p.name for p in folder.glob(LEFT_BEHIND_PATTERN))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    leaked = left_behind()
+    shutil.rmtree(SESSION_TMP, ignore_errors=True)
+    if leaked:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = (f"the test session left {len(leaked)} temporary entries behind: {', '.join(leaked[:10])}"
+                   + (" ..." if len(leaked) > 10 else ""))
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(f"ERROR: {message}", red=True, bold=True)
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED

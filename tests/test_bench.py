@@ -55,6 +55,19 @@ def test_quartiles_interpolate_like_numpy():
     assert m.median_s == pytest.approx(np.median(times))
 
 
+def test_quantile_is_numpys_linear_quantile_and_rejects_bad_input():
+    np = pytest.importorskip("numpy")
+    values = np.random.default_rng(0).standard_normal(11).tolist()
+    for q in (0.0, 0.1, 0.25, 0.5, 0.9, 1.0):
+        assert bench.quantile(values, q) == pytest.approx(float(np.percentile(values, 100 * q)))
+    assert bench.quantile([7.0], 0.3) == 7.0 and bench.quantile((1, 3), 0.5) == 2.0
+    for q in (-0.1, 1.5, "half", True):
+        with pytest.raises(ValueError, match="q must"):
+            bench.quantile(values, q)
+    with pytest.raises(ValueError, match="values"):
+        bench.quantile([], 0.5)
+
+
 def test_steady_measurement_is_not_noisy():
     m = Measurement("x", (1.0, 1.0, 1.01, 1.0))
     assert not m.is_noisy and m.relative_iqr < bench.NOISE_THRESHOLD

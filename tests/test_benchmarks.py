@@ -316,17 +316,10 @@ def test_per_item_divides_each_repeat_by_the_items_per_call():
         effects.per_item(m("b", [1.0]), 0)
 
 
-def test_cache_sizes_sum_private_caches_over_the_cpus(tmp_path, monkeypatch):
-    monkeypatch.setattr(fidelity.os, "cpu_count", lambda: 2)
-    caches = [("1", "Data", "32K", "0"), ("1", "Instruction", "32K", "0"), ("2", "Unified", "512K", "0"),
-              ("3", "Unified", "32768K", "0-1")]
-    for i, (level, kind, size, shared) in enumerate(caches):
-        d = tmp_path / f"index{i}"
-        d.mkdir()
-        for name, value in (("level", level), ("type", kind), ("size", size), ("shared_cpu_list", shared)):
-            (d / name).write_text(value + "\n")
-    assert fidelity.cache_sizes_bytes(str(tmp_path)) == {"L1": 64 * 2**10, "L2": 2**20, "L3": 32 * 2**20}
-    assert fidelity.cache_sizes_bytes(str(tmp_path / "missing")) == {}
+def test_stream_arrays_are_sized_from_the_toolkits_cache_reader():
+    assert fidelity.stream_array_bytes(False, 32 * 2**20) == 8 * 32 * 2**20
+    assert fidelity.stream_array_bytes(True, 2**20) == 128 * fidelity.MB  # at least 128 MB
+    assert fidelity.stream_array_bytes(True, None) == 128 * 2**20  # unknown: 32 MiB assumed
 
 
 # ---------------------------------------------------------------- the C kernels

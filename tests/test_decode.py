@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hwopt import formats
-from hwopt.experiments import decode
+from hwopt.experiments import decode, ort
 from hwopt.machine import bench
 
 pytestmark = pytest.mark.filterwarnings("ignore::hwopt.machine.bench.NoisyMeasurementWarning")
@@ -152,7 +152,7 @@ def test_int4_kernel_computes_what_its_dequantized_weights_say(stack):
 
     deq = tuple(decode.dequantize_int4(*decode.quantize_int4(w)) for w in stack.layers)
     expected = decode.reference(dataclasses.replace(stack, layers=deq))
-    session = decode.ort_session(decode.int4_model_bytes(stack), threads=1)
+    session = ort.make_session(decode.int4_model_bytes(stack), threads=1)
     # accuracy_level 4 rounds activations to int8 too: agreement to ~1%, not to float precision
     assert decode.relative_error(decode.ort_step(session, stack)(), expected) < 0.02
 
@@ -168,7 +168,7 @@ def test_int8_blocks_round_trip_and_kernel(stack):
     assert np.all(np.abs(back - w) <= step / 2 + 1e-6)
     deq = tuple(decode.dequantize_int8_blocks(*decode.quantize_int8_blocks(x)) for x in stack.layers)
     expected = decode.reference(dataclasses.replace(stack, layers=deq))
-    session = decode.ort_session(decode.nbits_model_bytes(stack, bits=8), threads=1)
+    session = ort.make_session(decode.nbits_model_bytes(stack, bits=8), threads=1)
     assert decode.relative_error(decode.ort_step(session, stack)(), expected) < 0.02
     with pytest.raises(ValueError, match="bits"):
         decode.nbits_model_bytes(stack, bits=3)
@@ -221,11 +221,53 @@ def test_decode_paths_include_the_c_kernel_when_it_builds(stack, monkeypatch):
     assert not any("C kernel" in k for k in decode.decode_paths(stack, threads=1))
 
 
-def test_ort_session_thread_count_is_explicit(stack):
-    session = decode.ort_session(decode.int8_model_bytes(stack), threads=1)
-    assert session.get_session_options().intra_op_num_threads == 1
-    with pytest.raises(ValueError, match="threads"):
-        decode.ort_session(b"", threads=0)
+def test_ort_sessions_run_on_the_cores_torch_uses(stack, monkeypatch):
+    import torch
+
+    seen = []
+    real = ort.make_session
+    monkeypatch.setattr(ort, "make_session", lambda m, **kw: seen.append(kw["threads"]) or real(m, **kw))
+    decode.decode_paths(stack, threads=1)
+    assert seen == [1, 1, 1]
+    seen.clear()
+    decode.decode_paths(stack)
+    assert seen == [torch.get_num_threads()] * 3
+
+
+@pytest.mark.parametrize(("bits", "block_size", "accuracy_level"), [(4, 32, 4), (8, 64, 4), (4, 16, 0)])
+def test_nbits_graph_is_matmulnbits_with_the_asked_blocks(stack, bits, block_size, accuracy_level):
+    import onnx
+    from onnx import helper
+
+    model = onnx.load_from_string(decode.nbits_model_bytes(stack, bits, block_size, accuracy_level))
+    assert [n.op_type for n in model.graph.node] == ["MatMulNBits", "Add"] * len(stack.layers)
+    d = stack.d_model
+    expected = {"K": d, "N": d, "bits": bits, "block_size": block_size}
+    if accuracy_level:
+        expected["accuracy_level"] = accuracy_level  # absent means 0: fp32 compute
+    for node in model.graph.node[::2]:
+        assert node.domain == "com.microsoft" and len(node.input) == 3  # symmetric: no zero points
+        assert {a.name: helper.get_attribute_value(a) for a in node.attribute} == expected
+    sizes = {init.name: len(init.raw_data) for init in model.graph.initializer}
+    weights, scales = ([sizes.pop(n.input[i]) for n in model.graph.node[::2]] for i in (1, 2))
+    assert sum(weights) == stack.n_params * bits // 8 and sum(scales) == 4 * stack.n_params // block_size
+    assert sizes == {}, "no fp32 weight is left in the graph"
+
+
+def test_block_quantizers_match_the_graph_and_reject_bad_shapes(stack):
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load_from_string(decode.int4_model_bytes(stack, block_size=32))
+    inits = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    packed, scales = decode.quantize_int4(stack.layers[0], block_size=32)
+    node = model.graph.node[0]
+    assert np.array_equal(inits[node.input[1]].reshape(packed.shape), packed)
+    assert np.array_equal(inits[node.input[2]].reshape(scales.shape), scales)
+    with pytest.raises(ValueError, match="2-D"):
+        decode.quantize_int8_blocks(np.zeros(64, np.float32))
+    with pytest.raises(ValueError, match="block_size"):
+        decode.nbits_model_bytes(stack, bits=4, block_size=48)
 
 
 def test_memory_or_compute_verdict():

@@ -42,8 +42,30 @@ def test_every_course_and_test_pin_is_exact():
         assert spec.startswith("==") and "," not in spec, f"{name} should be pinned exactly, got {spec!r}"
 
 
+# What Colab ships (googlecolab/backend-info, commit a724079, 2026-08-19): the toolkit must accept it as is.
+COLAB_PREINSTALLED = {"torch": "2.11.0", "numpy": "2.1.3", "matplotlib": "3.10.0", "ipywidgets": "7.7.1",
+                      "ipython": "7.34.0", "scikit-learn": "1.6.1", "psutil": "5.9.5"}
+
+
+def runtime_requirements():
+    return {Requirement(r).name: Requirement(r).specifier for r in pyproject()["project"]["dependencies"]}
+
+
 def test_runtime_requirements_accept_colabs_preinstalled_stack():
-    runtime = {Requirement(r).name: Requirement(r).specifier for r in pyproject()["project"]["dependencies"]}
-    assert Version("2.11.0") in runtime["torch"], "Colab's torch 2.11 must satisfy the toolkit"
-    assert Version("7.7.1") in runtime["ipywidgets"], "Colab's ipywidgets 7.7.1 must satisfy the toolkit"
+    runtime = runtime_requirements()
+    for name, version in COLAB_PREINSTALLED.items():
+        assert Version(version) in runtime[name], f"Colab's {name} {version} must satisfy the toolkit"
     assert Version("8.1.9") in runtime["ipywidgets"]
+
+
+def test_runtime_requirements_accept_the_colab_setup_cell_and_the_course_pins():
+    from hwopt.course import colab
+
+    runtime = runtime_requirements()
+    for pin in colab.colab_pins():  # what the Colab setup cell installs
+        req = Requirement(pin)
+        assert req.name in runtime, f"the toolkit imports {req.name} (the setup cell installs it): declare it"
+    for name, spec in pinned_in_pyproject().items():  # the course and Colab pins meet the toolkit's floors
+        if name in runtime:
+            pinned = Version(spec.removeprefix("=="))
+            assert pinned in runtime[name], f"{name}{spec} is outside the toolkit's {runtime[name]}"

@@ -22,10 +22,18 @@ class Kernel:
         ksm = KernelSpecManager(kernel_dirs=[str(ROOT / "autograder" / "kernels")])
         self.km = sandbox.SandboxedKernelManager(kernel_name="hwopt-grader", kernel_spec_manager=ksm)
         self.loop = asyncio.new_event_loop()
-        self.loop.run_until_complete(self.km.start_kernel(cwd=str(cwd), env={**os.environ, **env}))
+        try:
+            self.loop.run_until_complete(self.km.start_kernel(cwd=str(cwd), env={**os.environ, **env}))
+        except BaseException:
+            self.loop.close()
+            raise
         self.kc = self.km.client()
         self.kc.start_channels()
-        self.loop.run_until_complete(self.kc.wait_for_ready(timeout=60))
+        try:
+            self.loop.run_until_complete(self.kc.wait_for_ready(timeout=60))
+        except BaseException:
+            self.close()  # a kernel that died at start still has its folder of sockets: remove it
+            raise
 
     def run(self, code: str) -> str:
         out = []
@@ -137,6 +145,15 @@ except OSError:
 print(children)""").split()
     assert got[:3] == ["64", "4", "refused"]
     assert 0 < int(got[3]) < 64, "a fork bomb stops at the process limit"
+
+
+def test_cleaning_up_a_kernel_that_died_at_start_removes_its_folder(tmp_path):
+    km = sandbox.SandboxedKernelManager(kernel_name="hwopt-grader")
+    km.run_dir = tmp_path / "hwopt-kernel-x"
+    km.run_dir.mkdir()
+    km.connection_file = str(km.run_dir / "connection.json")
+    asyncio.run(km.cleanup_resources())  # what nbclient calls when the kernel is no longer alive
+    assert not (tmp_path / "hwopt-kernel-x").exists() and km.run_dir is None
 
 
 def test_no_sandbox_stops_grading_unless_allowed(monkeypatch, course):

@@ -1,6 +1,8 @@
 """experiments.ort: export, sessions, graph optimization, int8 quantization (checked against the FP32 oracle),
 and the TensorRT / CUDA provider choices (tested without a GPU)."""
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -29,9 +31,21 @@ def test_export_writes_one_self_contained_file_with_dynamic_batch(exported):
     np.testing.assert_allclose(out, model(x).detach().numpy(), atol=1e-4)  # eager FP32 is the oracle
 
 
-def test_export_defaults_to_a_temp_dir_outside_the_repo():
+def test_export_defaults_to_a_temp_dir_outside_the_repo_removed_at_exit():
     path = hort.export_onnx(torch.nn.Linear(4, 2), torch.randn(1, 4), dynamic_batch=False)
     assert "hwopt-onnx-" in str(path) and path.name == "model.onnx"
+    assert Path(__file__).resolve().parents[1] not in path.parents
+    hort.remove_temp_dirs()  # what runs when Python exits
+    assert not path.parent.exists()
+
+
+def test_optimized_graph_and_saturation_probe_leave_no_files(tmp_path, monkeypatch, exported):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    hort.optimized_graph(exported[1], "all")
+    hort.int8_saturation_probe(n_features=64, batch_size=2)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_optimization_levels_fuse_gemm_and_relu(exported):
@@ -40,6 +54,16 @@ def test_optimization_levels_fuse_gemm_and_relu(exported):
     after = hort.node_counts(hort.optimized_graph(path, "all"))
     assert sum(after.values()) < sum(before.values())
     assert hort.new_node_types(before, after) == ["FusedGemm"]
+
+
+def test_session_from_bytes_with_an_explicit_thread_count(exported):
+    model, path = exported
+    session = hort.make_session(path.read_bytes(), threads=1)
+    assert session.get_session_options().intra_op_num_threads == 1
+    x = torch.randn(3, 64)
+    np.testing.assert_allclose(hort.Predictor(session)(x), model(x).detach().numpy(), atol=1e-4)
+    with pytest.raises(ValueError, match="threads"):
+        hort.make_session(path.read_bytes(), threads=0)
 
 
 def test_session_options_threads_and_levels():
@@ -51,22 +75,23 @@ def test_session_options_threads_and_levels():
     assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
 
 
-def test_dynamic_quantization_agrees_with_fp32(exported):
+def test_dynamic_quantization_agrees_with_fp32(exported, tmp_path):
     model, path = exported
     x = torch.rand(64, 64)
     ref = model(x).detach().numpy()
     for weight_type, reduce_range in (("qint8", True), ("quint8", False)):
-        q = hort.quantize_dynamic(path, weight_type=weight_type, reduce_range=reduce_range)
+        q = hort.quantize_dynamic(path, weight_type=weight_type, reduce_range=reduce_range,
+                                  out_path=tmp_path / f"{weight_type}.onnx")
         assert "MatMulInteger" in hort.node_counts(q)
         out = hort.Predictor(hort.make_session(q, threads=1))(x)
         assert np.abs(out - ref).max() < 0.05 * np.abs(ref).max()  # stated tolerance: 5% of the largest logit
         assert hort.file_size_bytes(q) < hort.file_size_bytes(path)
 
 
-def test_static_quantization_with_calibration(exported):
+def test_static_quantization_with_calibration(exported, tmp_path):
     model, path = exported
     x = torch.rand(64, 64)
-    q = hort.quantize_static(path, x, batch_size=16)
+    q = hort.quantize_static(path, x, batch_size=16, out_path=tmp_path / "static.onnx")
     assert "QuantizeLinear" in hort.node_counts(q)
     out = hort.Predictor(hort.make_session(q, threads=1))(x)
     ref = model(x).detach().numpy()
@@ -113,14 +138,14 @@ def test_tensorrt_detection_and_session_without_tensorrt(monkeypatch, exported):
     assert "trt_fp16_enable" in hort.TENSORRT_FP16_CODE
 
 
-def test_tensorrt_session_asks_for_fp16(monkeypatch, exported):
+def test_tensorrt_session_asks_for_fp16(monkeypatch, exported, tmp_path):
     import onnxruntime as ort
 
     seen = {}
     monkeypatch.setattr(
         ort, "InferenceSession", lambda path, options, providers: seen.update(providers=providers)
     )
-    hort.tensorrt_fp16_session(exported[1], available=["TensorrtExecutionProvider"])
+    hort.tensorrt_fp16_session(exported[1], cache_dir=tmp_path, available=["TensorrtExecutionProvider"])
     name, options = seen["providers"][0]
     assert name == "TensorrtExecutionProvider" and options["trt_fp16_enable"] is True
 
@@ -135,7 +160,9 @@ def test_tensorrt_session_asks_for_fp16(monkeypatch, exported):
         (lambda: hort.session_options(opt_level="max"), "opt_level"),
         (lambda: hort.session_options(threads=0), "threads"),
         (lambda: hort.providers_for("tpu", available=[]), "device"),
-        (lambda: hort.make_session("missing.onnx"), "model_path"),
+        (lambda: hort.make_session("missing.onnx"), "model"),
+        (lambda: hort.make_session(b""), "model"),
+        (lambda: hort.make_session(3), "model"),
         (lambda: hort.node_counts("missing.onnx"), "model"),
         (lambda: hort.node_counts(42), "model"),
         (lambda: hort.quantize_dynamic("missing.onnx"), "model_path"),
@@ -194,3 +221,9 @@ def test_tensorrt_fp16_check_compares_with_the_oracle(monkeypatch, exported):
     assert not bad["ok"]
     with pytest.raises(ValueError, match="tolerance"):
         hort.tensorrt_fp16_check(exported[1], np.zeros((1, 64)), np.zeros((1, 2)), tolerance=0)
+
+
+def test_the_toolkit_uses_onnxruntimes_public_api_only():
+    root = Path(__file__).resolve().parents[1] / "hwopt"
+    private = [p.relative_to(root).as_posix() for p in root.rglob("*.py") if "_pybind_state" in p.read_text()]
+    assert not private, f"onnxruntime.capi._pybind_state is private (use onnxruntime.quantization): {private}"

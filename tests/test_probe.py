@@ -113,6 +113,21 @@ def test_last_level_cache_is_positive_or_unknown():
     assert llc is None or llc > 0
 
 
+def test_cache_sizes_sum_private_caches_over_the_cpus(tmp_path, monkeypatch):
+    monkeypatch.setattr(probe.os, "cpu_count", lambda: 2)
+    caches = [("1", "Data", "32K", "0"), ("1", "Instruction", "32K", "0"), ("2", "Unified", "512K", "0"),
+              ("3", "Unified", "32768K", "0-1"), ("4", "Unified", "garbled", "0-1")]
+    for i, (level, kind, size, shared) in enumerate(caches):
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        for name, value in (("level", level), ("type", kind), ("size", size), ("shared_cpu_list", shared)):
+            (d / name).write_text(value + "\n")
+    assert probe.cache_sizes_bytes(tmp_path) == {"L1": 64 * 2**10, "L2": 2**20, "L3": 32 * 2**20}
+    assert probe.last_level_cache_bytes(tmp_path) == 32 * 2**20
+    assert probe.cache_sizes_bytes(tmp_path / "missing") == {}
+    assert probe.last_level_cache_bytes(tmp_path / "missing") is None
+
+
 @pytest.mark.parametrize(("llc", "mb"), [(None, 128.0), (32 * 2**20, 128.0), (2**20, 64.0), (2**30, 512.0)])
 def test_default_array_is_four_times_the_cache_within_limits(monkeypatch, llc, mb):
     monkeypatch.setattr(probe, "last_level_cache_bytes", lambda: llc)

@@ -1,4 +1,4 @@
-"""machine.specs and data/chips.csv: a sourced table in stated units; lookups, peaks, closest chips."""
+"""machine.specs and hwopt/data/chips.csv: a sourced table in stated units; lookups, peaks, closest chips."""
 
 import csv
 import datetime as dt

@@ -1,6 +1,6 @@
 """Memory: a transformer's weights + activations + KV cache vs batch, sequence length, precision (lesson 7).
 
-Shapes of published models come from data/model_shapes.csv (each row cites the model's config file);
+Shapes of published models come from hwopt/data/model_shapes.csv (each row cites the model's config file);
 parameter counts are computed from the shapes. All sizes in bytes, reported in GB (1e9 bytes).
   weights      = n_params * bytes_per_weight
   KV cache     = 2 (K and V) * n_layers * batch * seq_len * n_kv_heads * head_dim * bytes_per_element
@@ -18,8 +18,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hwopt import formats
+from hwopt.data import DATA_DIR
 
-SHAPES_CSV = Path(__file__).resolve().parents[2] / "data" / "model_shapes.csv"
+SHAPES_CSV = DATA_DIR / "model_shapes.csv"
 GB = 1e9
 WEIGHT_CHOICES = ("fp32", "fp16", "fp8_e4m3", "int8", "int4_g128")  # the explorer's weight formats
 KV_CHOICES = ("fp32", "fp16", "bf16", "fp8_e4m3", "int8", "int4")  # the explorer's KV-cache formats
@@ -65,7 +66,7 @@ class ModelShape:
 
 
 def load_shapes(path: str | Path | None = None) -> list[ModelShape]:
-    """All model shapes in data/model_shapes.csv (or path)."""
+    """All model shapes in SHAPES_CSV (or the CSV at path)."""
     path = Path(path) if path is not None else SHAPES_CSV
     if not path.is_file():
         raise ValueError(f"path must be an existing CSV of model shapes, got {str(path)!r}")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hwopt import formats
-from hwopt.experiments import lowbit_gemv
+from hwopt.experiments import lowbit_gemv, ort
 from hwopt.machine import bench
 
 # Stated tolerances: relative L2 error of the stack's output vs the fp32 oracle (4 layers, random weights).
@@ -198,16 +198,67 @@ def _blocked(w, block_size: int):
     return w, k, n, k // block_size
 
 
-def quantize_int4(w: np.ndarray, block_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric blockwise int4 of w (K, N) for MatMulNBits: packed (N, K/bs, bs/2) uint8, scales (N, K/bs)"""
-    from onnxruntime.capi._pybind_state import quantize_matmul_4bits
+def _matmul_nbits(model, bits: int, block_size: int, accuracy_level: int = 0):
+    """model (onnx.ModelProto) with every MatMul on a constant (K, N) weight turned into MatMulNBits:
+    symmetric blockwise weights, quantized by ONNX Runtime's MatMulNBitsQuantizer (its public API)."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:  # importing the module calls logging.basicConfig(level=INFO): a log line per layer, on stderr
+        from onnxruntime.quantization.matmul_nbits_quantizer import (
+            DefaultWeightOnlyQuantConfig,
+            MatMulNBitsQuantizer,
+        )
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+    config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True, bits=bits,
+                                          accuracy_level=accuracy_level or None,
+                                          op_types_to_quantize=("MatMul",))
+    quantizer = MatMulNBitsQuantizer(model, algo_config=config)
+    quantizer.process()
+    return quantizer.model.model
+
+
+def _fp32_model(layers, d_model: int):
+    """ONNX model of the stack in fp32, h <- h + MatMul(h, B_i): what MatMulNBitsQuantizer quantizes."""
+    from onnx import TensorProto, helper
+
+    nodes = []
+    for i in range(len(layers)):
+        nodes += [helper.make_node("MatMul", [f"h{i}", f"W{i}"], [f"y{i}"]),
+                  helper.make_node("Add", [f"h{i}", f"y{i}"], [f"h{i + 1}"])]
+    model = _graph(nodes, [], d_model)
+    for i, w in enumerate(layers):  # in place: make_graph and make_model would copy every weight twice
+        init = model.graph.initializer.add()
+        init.name, init.data_type = f"W{i}", TensorProto.FLOAT
+        init.dims.extend(w.shape)
+        init.raw_data = np.ascontiguousarray(w, dtype="<f4").tobytes()
+    return model
+
+
+def _quantize_blocks(w: np.ndarray, bits: int, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(packed uint8 (N, K/bs, bs*bits/8), scales (N, K/bs)) of w (K, N), as MatMulNBits stores them."""
+    from onnx import TensorProto, helper, numpy_helper
 
     w, k, n, blocks = _blocked(w, block_size)
-    packed = np.zeros((n, blocks, block_size // 2), dtype=np.uint8)
-    scales = np.zeros((n, blocks), dtype=np.float32)
-    zero_points = np.zeros((n, (blocks + 1) // 2), dtype=np.uint8)
-    quantize_matmul_4bits(packed, w, scales, zero_points, block_size, n, k, True)
-    return packed, scales
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])], "one_matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], [numpy_helper.from_array(w, "W")])
+    model = _matmul_nbits(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), bits,
+                          block_size)
+    (node,) = model.graph.node
+    arrays = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    packed, scales = arrays[node.input[1]], arrays[node.input[2]]
+    return packed.reshape(n, blocks, block_size * bits // 8), scales.reshape(n, blocks).astype(np.float32)
+
+
+def quantize_int4(w: np.ndarray, block_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric blockwise int4 of w (K, N) for MatMulNBits: packed (N, K/bs, bs/2) uint8, scales (N, K/bs)"""
+    return _quantize_blocks(w, 4, block_size)
 
 
 def dequantize_int4(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
@@ -219,7 +270,8 @@ def dequantize_int4(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
     return (values * scales[:, :, None]).reshape(n, blocks * 2 * half).T.copy()
 
 
-def _graph_bytes(nodes, initializers, d_model: int) -> bytes:
+def _graph(nodes, initializers, d_model: int):
+    """onnx.ModelProto of the decode step: input h0 (1, d_model), the last node's output (1, d_model)."""
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
@@ -228,7 +280,11 @@ def _graph_bytes(nodes, initializers, d_model: int) -> bytes:
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
     model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 10  # onnxruntime reads IR <= 10 everywhere the course runs
-    return model.SerializeToString()
+    return model
+
+
+def _graph_bytes(nodes, initializers, d_model: int) -> bytes:
+    return _graph(nodes, initializers, d_model).SerializeToString()
 
 
 def int8_model_bytes(stack: DecodeStack) -> bytes:
@@ -254,13 +310,7 @@ def int8_model_bytes(stack: DecodeStack) -> bytes:
 
 def quantize_int8_blocks(w: np.ndarray, block_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric blockwise int8 of w (K, N) for MatMulNBits: packed (N, K/bs, bs) uint8 (q - 128), scales."""
-    from onnxruntime.capi._pybind_state import quantize_matmul_8bits
-
-    w, k, n, blocks = _blocked(w, block_size)
-    packed = np.zeros((n, blocks, block_size), dtype=np.uint8)
-    scales = np.zeros((n, blocks), dtype=np.float32)
-    quantize_matmul_8bits(packed, w, scales, np.zeros((n, blocks), dtype=np.uint8), block_size, n, k, True)
-    return packed, scales
+    return _quantize_blocks(w, 8, block_size)
 
 
 def dequantize_int8_blocks(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
@@ -273,22 +323,12 @@ def dequantize_int8_blocks(packed: np.ndarray, scales: np.ndarray) -> np.ndarray
 def nbits_model_bytes(stack: DecodeStack, bits: int = 4, block_size: int = 32,
                       accuracy_level: int = 4) -> bytes:
     """ONNX graph (bytes) of the stack, MatMulNBits weights (4 or 8 bits; accuracy_level 4: int8 compute)."""
-    from onnx import helper, numpy_helper
-
     if bits not in (4, 8):
         raise ValueError(f"bits must be 4 or 8; got {bits!r}")
-    nodes, inits = [], []
-    d = stack.d_model
-    for i, w in enumerate(stack.layers):
-        packed, scales = (quantize_int4 if bits == 4 else quantize_int8_blocks)(w, block_size)
-        inits += [numpy_helper.from_array(packed, f"W{i}"), numpy_helper.from_array(scales, f"Ws{i}")]
-        attrs = {"K": d, "N": d, "bits": bits, "block_size": block_size}
-        if accuracy_level:
-            attrs["accuracy_level"] = accuracy_level
-        nodes += [helper.make_node("MatMulNBits", [f"h{i}", f"W{i}", f"Ws{i}"], [f"y{i}"],
-                                   domain="com.microsoft", **attrs),
-                  helper.make_node("Add", [f"h{i}", f"y{i}"], [f"h{i + 1}"])]
-    return _graph_bytes(nodes, inits, d)
+    for w in stack.layers:
+        _blocked(w, block_size)
+    model = _matmul_nbits(_fp32_model(stack.layers, stack.d_model), bits, block_size, accuracy_level)
+    return model.SerializeToString()
 
 
 def nbits_format(bits: int, block_size: int) -> formats.Format:
@@ -305,22 +345,6 @@ def nbits_format(bits: int, block_size: int) -> formats.Format:
 def int4_model_bytes(stack: DecodeStack, block_size: int = 32, accuracy_level: int = 4) -> bytes:
     """ONNX graph (bytes) of the stack, int4 weights: MatMulNBits (accuracy_level 4 = int8 compute)."""
     return nbits_model_bytes(stack, 4, block_size, accuracy_level)
-
-
-def ort_session(model_bytes: bytes, threads: int | None = None):
-    """CPU InferenceSession from in-memory ONNX bytes with an explicit intra-op thread count."""
-    import onnxruntime as ort
-    import torch
-
-    threads = torch.get_num_threads() if threads is None else int(_positive("threads", threads, integer=True))
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3  # errors only: no warnings in the lesson's output
-    # Idle ORT threads would otherwise spin for a while after each run, stealing the cores from whatever is
-    # timed next (numpy, torch): interleaved comparisons would then penalise the fp32 paths.
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
 
 
 def ort_step(session, stack: DecodeStack) -> Callable[[], np.ndarray]:
@@ -397,14 +421,18 @@ def decode_paths(stack: DecodeStack, device="cpu", threads: int | None = None) -
     if device != "cpu":  # labels name the device (GPU_MARKERS)
         paths += [path(f"fp32 torch {device}", "fp32", torch_step(stack, device), "fp32"),
                   path(f"fp16 torch {device}", "fp16", torch_step(stack, device, "float16"), "fp16")]
-    # Two int8 kernels (which is faster depends on the CPU), one int4; all with explicit thread counts.
+    # Two int8 kernels (which is faster depends on the CPU), one int4; on the cores torch uses, and with idle
+    # threads that sleep rather than spin (they would slow whichever path is timed next).
+    import torch
+
+    ort_threads = torch.get_num_threads() if threads is None else threads
     int8_blocks, int4_blocks = (formats.get(fmt[k]) for k in ("int8 ORT MatMulNBits", "int4 ORT MatMulNBits"))
     graphs = {  # built one at a time: each serialized graph holds a copy of the weights
         "int8 ORT MatMulInteger": ("int8", lambda: int8_model_bytes(stack)),
         "int8 ORT MatMulNBits": ("int8", lambda: nbits_model_bytes(stack, 8, int8_blocks.block)),
         "int4 ORT MatMulNBits": ("int4", lambda: nbits_model_bytes(stack, 4, int4_blocks.block)),
     }
-    paths += [path(label, precision, ort_step(ort_session(graph(), threads), stack))
+    paths += [path(label, precision, ort_step(ort.make_session(graph(), threads=ort_threads), stack))
               for label, (precision, graph) in graphs.items()]
     if stack.d_model % 64 == 0 and lowbit_gemv.unavailable_reason() is None:
         paths += [path(f"{prec} C kernel", prec, lowbit_gemv.step_fn(stack, prec, threads))

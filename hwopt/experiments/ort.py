@@ -3,9 +3,11 @@ graph node counts, dynamic and static int8 quantization, TensorRT FP16 where pre
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import logging
+import shutil
 import tempfile
 import warnings
 from collections import Counter
@@ -26,9 +28,22 @@ session = ort.InferenceSession("model.onnx", providers=providers)
 logits = session.run(None, {"x": x_numpy})[0]"""
 
 
+_TEMP_DIRS: list[Path] = []  # folders made by temp_dir, removed when Python exits
+
+
 def temp_dir(prefix: str = "hwopt-onnx-") -> Path:
-    """A fresh temporary folder for exported models (never inside the repository)."""
-    return Path(tempfile.mkdtemp(prefix=prefix))
+    """A fresh temporary folder for exported models (never inside the repository), removed at exit."""
+    if not _TEMP_DIRS:
+        atexit.register(remove_temp_dirs)
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    _TEMP_DIRS.append(folder)
+    return folder
+
+
+def remove_temp_dirs() -> None:
+    """Delete every folder temp_dir made (and the models in them); runs by itself when Python exits."""
+    while _TEMP_DIRS:
+        shutil.rmtree(_TEMP_DIRS.pop(), ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -176,20 +191,28 @@ def providers_for(device: str = "cpu", available: Sequence[str] | None = None) -
 
 
 def make_session(
-    model_path: str | Path,
+    model: str | Path | bytes,
     *,
     threads: int | None = None,
     opt_level: str = "all",
     device: str = "cpu",
     providers: Sequence | None = None,
 ):
-    """An InferenceSession on model_path with explicit threads, optimization level and providers."""
+    """An InferenceSession on model (an .onnx path, or a serialized model's bytes) with explicit threads,
+    optimization level and providers."""
     import onnxruntime as ort
 
-    if not Path(model_path).is_file():
-        raise ValueError(f"model_path must be an existing .onnx file, got {str(model_path)!r}")
+    if isinstance(model, bytes | bytearray):
+        if not model:
+            raise ValueError("model must be an existing .onnx file or a serialized model's bytes, got b''")
+        source = bytes(model)
+    elif isinstance(model, str | Path) and Path(model).is_file():
+        source = str(model)
+    else:
+        shown = repr(str(model)) if isinstance(model, str | Path) else type(model).__name__
+        raise ValueError(f"model must be an existing .onnx file or a serialized model's bytes, got {shown}")
     options = session_options(threads=threads, opt_level=opt_level)
-    return ort.InferenceSession(str(model_path), options, providers=list(providers or providers_for(device)))
+    return ort.InferenceSession(source, options, providers=list(providers or providers_for(device)))
 
 
 def run(session, *inputs) -> np.ndarray:
@@ -216,14 +239,15 @@ class Predictor:
 
 
 def optimized_graph(model_path: str | Path, opt_level: str = "all", *, threads: int | None = 1):
-    """The onnx.ModelProto ORT produces after graph optimization at opt_level (saved in a temp dir)."""
+    """The onnx.ModelProto ORT produces after graph optimization at opt_level (via a scratch file)."""
     import onnx
     import onnxruntime as ort
 
-    out = temp_dir("hwopt-ort-opt-") / f"optimized_{opt_level}.onnx"
-    options = session_options(threads=threads, opt_level=opt_level, optimized_model_path=out)
-    ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
-    return onnx.load(str(out))
+    with tempfile.TemporaryDirectory(prefix="hwopt-ort-opt-") as scratch:
+        out = Path(scratch) / f"optimized_{opt_level}.onnx"
+        options = session_options(threads=threads, opt_level=opt_level, optimized_model_path=out)
+        ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+        return onnx.load(str(out))
 
 
 def node_counts(model) -> Counter:
@@ -389,12 +413,15 @@ def int8_saturation_probe(
     weight = rng.uniform(-bound, bound, (n_features, n_features)).astype(np.float32)
     x = rng.standard_normal((batch_size, n_features)).astype(np.float32)
     reference = x @ weight
-    path = linear_model(weight)
     errors = {}
-    for label, (weight_type, reduce_range) in INT8_SETTINGS.items():
-        quantized = quantize_dynamic(path, weight_type=weight_type, reduce_range=reduce_range)
-        y = Predictor(make_session(quantized, threads=threads))(x)
-        errors[label] = float(np.abs(y - reference).max() / np.abs(reference).max())
+    with tempfile.TemporaryDirectory(prefix="hwopt-int8-") as scratch:
+        path = linear_model(weight, Path(scratch) / "linear.onnx")
+        for label, (weight_type, reduce_range) in INT8_SETTINGS.items():
+            out_path = Path(scratch) / f"{weight_type}_{reduce_range}.onnx"
+            quantized = quantize_dynamic(path, weight_type=weight_type, reduce_range=reduce_range,
+                                         out_path=out_path)
+            y = Predictor(make_session(quantized, threads=threads))(x)
+            errors[label] = float(np.abs(y - reference).max() / np.abs(reference).max())
     return errors
 
 

@@ -65,12 +65,12 @@ class Measurement:
     @property
     def q1_s(self) -> float:
         """First quartile, seconds per call (linear interpolation, as numpy's default)."""
-        return _quantile(self.times_s, 0.25)
+        return quantile(self.times_s, 0.25)
 
     @property
     def q3_s(self) -> float:
         """Third quartile, seconds per call."""
-        return _quantile(self.times_s, 0.75)
+        return quantile(self.times_s, 0.75)
 
     @property
     def iqr_s(self) -> float:
@@ -119,9 +119,13 @@ class Measurement:
         )
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
-    """Quantile with linear interpolation between order statistics (numpy's default method)."""
-    ordered = sorted(values)
+def quantile(values: Sequence[float], q: float) -> float:
+    """Quantile q in [0, 1] of values, linear interpolation between order statistics (numpy's default)."""
+    if isinstance(q, bool) or not isinstance(q, int | float) or not 0 <= q <= 1:
+        raise ValueError(f"q must be a number in [0, 1]; got {q!r}")
+    ordered = sorted(float(v) for v in values)
+    if not ordered:
+        raise ValueError("values must hold at least one number")
     pos = (len(ordered) - 1) * q
     lo = math.floor(pos)
     hi = min(lo + 1, len(ordered) - 1)

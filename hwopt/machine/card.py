@@ -122,7 +122,7 @@ class MachineCard:
         else:
             lines.append("Not measured: run with probe=True (CLI: --probe) for bandwidth and matmul FLOP/s.")
         if self.closest:
-            lines.append(f"\nClosest chips in data/chips.csv ({self.closest_basis}):")
+            lines.append(f"\nClosest chips in hwopt/data/chips.csv ({self.closest_basis}):")
             for chip, dist in self.closest:
                 fp32 = f", fp32 {_fp32_tflops(chip):g} TFLOP/s" if chip.has_dtype("fp32") else ""
                 lines.append(f"  {chip.name:<28} {chip.kind:<11} {chip.bandwidth_gbs:7g} GB/s{fp32}"

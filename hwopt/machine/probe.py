@@ -9,6 +9,7 @@ stops at a time budget, so slow dtypes (fp16 on most CPUs) still finish in secon
 from __future__ import annotations
 
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -19,6 +20,7 @@ from hwopt import formats
 from hwopt.cost import roofline
 from hwopt.machine import bench
 
+CPU_CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"  # Linux sysfs: one index*/ folder per cache of cpu0
 DEFAULT_DTYPES = {
     "cpu": ("float32", "bfloat16", "float16", "int8"),
     "cuda": ("float32", "bfloat16", "float16", "int8"),
@@ -57,16 +59,40 @@ def _quiet_time(fn, *, device, warmup, repeats, clock) -> bench.Measurement:
         return bench.time_fn(fn, device=device, warmup=warmup, repeats=repeats, clock=clock)
 
 
-def last_level_cache_bytes() -> int | None:
-    """Size of the largest CPU cache in bytes (Linux sysfs), or None when unknown."""
-    sizes = []
-    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        text = path.read_text().strip().upper()
-        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
-        digits = text.rstrip("KMG")
-        if digits.isdigit():
-            sizes.append(int(digits) * scale)
-    return max(sizes) if sizes else None
+def cache_sizes_bytes(root: str | Path = CPU_CACHE_DIR) -> dict[str, int]:
+    """Bytes of data/unified CPU cache per level, all instances together ({'L1': ..., 'L3': ...}; {} unknown).
+
+    Read from Linux sysfs (cpu0's caches); a cache shared by k of the machine's n CPUs counts n / k times.
+    """
+    sizes: dict[str, int] = {}
+    n_cpus = os.cpu_count() or 1
+    units = {"K": 2**10, "M": 2**20, "G": 2**30}
+    for index in sorted(Path(root).glob("index*")):
+        try:
+            level, kind, size, shared = (
+                (index / name).read_text().strip() for name in ("level", "type", "size", "shared_cpu_list")
+            )
+            value = int(size[:-1]) * units[size[-1]] if size[-1:] in units else int(size)
+            sharing = _count_cpus(shared)
+        except (OSError, ValueError):
+            continue
+        if kind != "Instruction":
+            sizes[f"L{level}"] = value * max(1, n_cpus // max(1, sharing))
+    return sizes
+
+
+def _count_cpus(cpu_list: str) -> int:
+    """Number of CPUs in a Linux cpu list like '0-1,4'."""
+    count = 0
+    for part in cpu_list.split(","):
+        lo, _, hi = part.partition("-")
+        count += int(hi) - int(lo) + 1 if hi else 1
+    return count
+
+
+def last_level_cache_bytes(root: str | Path = CPU_CACHE_DIR) -> int | None:
+    """Bytes of the largest CPU cache level (the last level), all instances together; None when unknown."""
+    return max(cache_sizes_bytes(root).values(), default=None)
 
 
 def default_array_mb(device="cpu") -> float:

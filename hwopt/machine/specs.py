@@ -1,4 +1,4 @@
-"""The chip table (data/chips.csv): vendor datasheet peaks per number format, memory, bandwidth, TDP, price.
+"""The chip table (hwopt/data/chips.csv): datasheet peaks per number format, memory, bandwidth, TDP, price.
 
 Units are in the column names. Peaks are dense (no sparsity), in TFLOPS (TOPS for integers), one column per
 format: the column of a format is `formats.get(name).peak_column`. fp32 has two: fp32_tflops on the vector
@@ -25,8 +25,9 @@ from pathlib import Path
 
 from hwopt import formats
 from hwopt.cost import roofline
+from hwopt.data import DATA_DIR
 
-CHIPS_CSV = Path(__file__).resolve().parents[2] / "data" / "chips.csv"
+CHIPS_CSV = DATA_DIR / "chips.csv"
 KINDS = ("cpu", "gpu", "tpu", "accelerator")
 PEAK_COLUMNS = ("fp32_tflops", "fp32_matrix_tflops", "fp16_tflops", "bf16_tflops", "fp8_tflops", "fp4_tflops",
                 "int8_tops", "int4_tops")
@@ -39,7 +40,7 @@ DATE_COLUMNS = ("read_date", "price_read_date")
 
 @dataclass(frozen=True)
 class Chip:
-    """One row of data/chips.csv; peaks are dense TFLOPS/TOPS, None where the vendor gives no figure."""
+    """One row of hwopt/data/chips.csv; peaks are dense TFLOPS/TOPS, None where the vendor gives no figure."""
 
     name: str
     vendor: str
@@ -170,7 +171,7 @@ def _load(path: str) -> tuple[Chip, ...]:
 
 
 def load_chips(path=None) -> list[Chip]:
-    """All chips of the table (data/chips.csv next to the package, or the CSV at path)."""
+    """All chips of the table (hwopt/data/chips.csv, or the CSV at path)."""
     path = Path(path) if path is not None else CHIPS_CSV
     if not path.is_file():
         raise ValueError(f"path must be a chip table CSV; {str(path)!r} does not exist")

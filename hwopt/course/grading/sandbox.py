@@ -66,14 +66,12 @@ def installed_toolkit() -> Path:
 
 
 def environment_paths() -> list[Path]:
-    """What the kernel must read: the interpreter, the environment's packages, the toolkit and its data/."""
+    """What the kernel must read: the interpreter, the environment's packages, the toolkit (data included)."""
     paths = {Path(p).resolve() for p in (sys.base_prefix, sys.prefix, sys.base_exec_prefix, sys.exec_prefix)}
     paths |= {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib", "stdlib")}
     paths.add(Path(sys.executable).resolve().parent)
     package = installed_toolkit()
     paths.add(package)
-    if (package.parent / "data").is_dir():
-        paths.add(package.parent / "data")
     # A path inside another one is covered by it; /usr is bound already.
     return sorted(p for p in paths if p.exists() and not any(q != p and q in p.parents for q in paths)
                   and Path("/usr") not in [p, *p.parents])
@@ -209,3 +207,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         if not restart and self.run_dir is not None:
             shutil.rmtree(self.run_dir, ignore_errors=True)
             self.run_dir = None
+
+    # AsyncKernelManager binds the base class's coroutine to this name: without this, nbclient's clean-up of
+    # a kernel that died at start would skip the override above and leave run_dir behind.
+    cleanup_resources = _async_cleanup_resources

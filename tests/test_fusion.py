@@ -78,16 +78,44 @@ def test_gelu_rate_is_measured_on_a_cache_sized_array(monkeypatch):
 
 
 def test_chain_roofs_and_the_bound_sentence():
-    n = 33_554_432  # 8192 x 4096: 134 MB per tensor
-    fast_erf = fusion.chain_roofs(n, 27.6, 3.8e9)  # fused: 3 passes, 403 MB
-    assert fast_erf.memory_s == pytest.approx(3 * n * 4 / 27.6e9) and fast_erf.bound == "memory"
-    assert fast_erf.transcendental_s == pytest.approx(n / 3.8e9)
+    n = 33_554_432  # 8192 x 4096: 134 MB per tensor, one pass 4.86 ms at 27.6 GB/s
+    one_pass_s = n * 4 / 27.6e9
+    fast_erf = fusion.chain_roofs(n, 27.6, 3.8e9)  # fused: one kernel, 3 passes
+    assert fast_erf.erf_kernel.memory_s == pytest.approx(3 * one_pass_s) and fast_erf.other_memory_s == 0
+    assert fast_erf.erf_kernel.transcendental_s == pytest.approx(n / 3.8e9)
+    assert fast_erf.bound == "memory" and fast_erf.time_s == pytest.approx(3 * one_pass_s)
     assert "memory-bound here" in fusion.bound_sentence(fast_erf, 27.6, 3.8e9)
-    slow_erf = fusion.chain_roofs(n, 27.6, 1.5e9)
-    assert slow_erf.bound == "transcendental"
+    slow_erf = fusion.chain_roofs(n, 27.6, 1.5e9)  # erfs take 22.4 ms > 14.6 ms of bytes
+    assert slow_erf.bound == "transcendental" and slow_erf.time_s == pytest.approx(n / 1.5e9)
     assert "compute-bound here" in fusion.bound_sentence(slow_erf, 27.6, 1.5e9)
-    assert fusion.chain_roofs(n, 27.6, 1.5e9, fused=False).bound == "memory"  # 9 passes: bytes dominate
-    assert fusion.chain_roofs(n, 27.6, 1.5e9, n_passes=7).memory_s == pytest.approx(7 * n * 4 / 27.6e9)
+    # unfused: the GELU kernel (2 passes) under both roofs, the other 7 passes at the memory roof
+    unfused = fusion.chain_roofs(n, 27.6, 1.5e9, fused=False)
+    assert unfused.bound == "transcendental" and unfused.other_memory_s == pytest.approx(7 * one_pass_s)
+    assert unfused.time_s == pytest.approx(n / 1.5e9 + 7 * one_pass_s)
+    assert fusion.chain_roofs(n, 27.6, 3.8e9, fused=False).time_s == pytest.approx(9 * one_pass_s)
+    assert fusion.chain_roofs(n, 27.6, 1.5e9, n_passes=7, fused=False).other_memory_s == pytest.approx(
+        5 * one_pass_s
+    )
+
+
+def test_fresh_output_sentence_follows_the_measurement():
+    from hwopt.machine.bench import Measurement
+
+    def rows(allocating_s):
+        results = {
+            "eager": Measurement("eager", (0.150,) * 3),
+            "torch.compile": Measurement("torch.compile", (allocating_s,) * 3),
+            "torch.compile, out given": Measurement("given", (0.017,) * 3),
+        }
+        passes = {"eager": 9, "torch.compile": 3, "torch.compile, out given": 3}
+        return fusion.report_rows(results, 33_554_432, passes, 27.6, gelus_per_s=3.8e9)
+
+    faults = fusion.fresh_output_sentence(rows(0.053))
+    assert "36.0 ms per call" in faults and "68%" in faults and "page faults" in faults
+    assert "86% of the speed its memory roof allows" in faults  # 14.6 ms predicted / 17 ms measured
+    assert "memory was reused" in fusion.fresh_output_sentence(rows(0.0175))
+    with pytest.raises(ValueError, match="given"):
+        fusion.fresh_output_sentence(rows(0.053), given="missing")
 
 
 def test_first_call_and_max_abs_error():
@@ -144,11 +172,16 @@ def test_report_rows_and_table():
         1.0
     )
     assert "3.00x" in fusion.format_report(rows) and {r["bound"] for r in rows} == {"memory"}
-    # with the transcendental roof: 1 M erfs at 0.25 G/s = 4 ms > the fused 3 ms of bytes
+    # with the transcendental roof: 1 M erfs at 0.25 G/s = 4 ms, one pass 1 ms at 4 GB/s
     rows = fusion.report_rows(results, 1_000_000, {"eager": 9, "fused": 3}, 4.0, gelus_per_s=0.25e9)
-    assert rows[0]["bound"] == "memory" and rows[0]["predicted_ms"] == pytest.approx(9.0)
+    assert rows[0]["bound"] == "transcendental" and rows[0]["predicted_ms"] == pytest.approx(4.0 + 7.0)
     assert rows[1]["bound"] == "transcendental" and rows[1]["predicted_ms"] == pytest.approx(4.0)
-    assert "transcendental" in fusion.format_report(rows)
+    rows = fusion.report_rows(results, 1_000_000, {"eager": 9, "fused": 3}, 4.0, gelus_per_s=1e9)
+    assert [r["bound"] for r in rows] == ["memory", "memory"] and rows[1]["predicted_ms"] == pytest.approx(3)
+    both_unfused = fusion.report_rows(results, 1_000_000, {"eager": 9, "fused": 3}, 4.0,
+                                      gelus_per_s=0.25e9, fused_labels=[])
+    assert both_unfused[1]["predicted_ms"] == pytest.approx(4.0 + 1.0)
+    assert "transcendental" in fusion.format_report(both_unfused)
     with pytest.raises(ValueError, match="passes_by_label"):
         fusion.report_rows(results, 10, {"eager": 9}, 4.0)
     with pytest.raises(ValueError, match="baseline"):

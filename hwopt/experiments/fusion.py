@@ -9,9 +9,11 @@ slowly than memory delivers the bytes, that second roof binds instead (gelu_elem
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +25,7 @@ from hwopt.machine import bench, probe
 CHAIN_OPS = 4  # add bias, gelu, add residual, scale
 CHAIN_EXTRA_INPUTS = 1  # residual: a full-size tensor; bias (cols,) and scale (scalar) are negligible
 CHAIN_TRANSCENDENTALS = 1  # one erf per element (the exact GELU); the adds and multiplies are cheap
+GELU_KERNEL_PASSES = 2  # unfused, the GELU kernel reads its input and writes its output
 CACHE_MULTIPLE = 4  # the lesson's tensors are this many times the last-level cache
 UNKNOWN_CACHE_BYTES = 32 * 2**20  # assumed when the cache size cannot be read
 CHAIN_MB_RANGE = (16.0, 512.0)  # per-tensor size limits (MB): enough to leave the cache, few seconds to run
@@ -78,20 +81,45 @@ def chain_shape(device: str = "cpu", *, cache_multiple: float = CACHE_MULTIPLE, 
 
 
 def gelu_elements_per_s(
-    device: str = "cpu", n_elements: int | None = None, *, repeats: int = 7, clock=time.perf_counter
+    device: str = "cpu", n_elements: int | None = None, *, repeats: int = 15, clock=time.perf_counter
 ) -> float:
     """The transcendental roof: exact (erf) GELUs per second, best of repeats, on an fp32 array that fits in
-    the cache (default: an eighth of the last-level cache, at most 1M elements): memory is not the limit."""
+    the cache (default: an eighth of the last-level cache, at most 1M elements), so memory is not the limit.
+
+    On a CPU: one thread's rate times torch's thread count (erf work scales with the cores; one thread is
+    timed because a parallel call on a busy machine waits for its slowest thread's turn on a core).
+    """
     device = bench.resolve_device(device)
     if n_elements is None:
         n_elements = min(GELU_MAX_ELEMENTS, max(1 << 14, (cache_bytes(device) or UNKNOWN_CACHE_BYTES) // 32))
     if isinstance(n_elements, bool) or not isinstance(n_elements, int) or n_elements < 1:
         raise ValueError(f"n_elements must be a positive int or None, got {n_elements!r}")
     x = torch.randn(n_elements, generator=torch.Generator().manual_seed(0)).to(device)
-    with warnings.catch_warnings():  # a roof keeps the best repeat, which noise does not inflate
-        warnings.simplefilter("ignore", bench.NoisyMeasurementWarning)
+    cpu = device == "cpu"
+    threads = torch.get_num_threads() if cpu else 1
+    with warnings.catch_warnings(), bench.threads(1) if cpu else contextlib.nullcontext():
+        warnings.simplefilter("ignore", bench.NoisyMeasurementWarning)  # a roof keeps the best repeat
         m = bench.time_fn(lambda: F.gelu(x), device=device, warmup=2, repeats=repeats, clock=clock)
-    return n_elements / m.min_s
+    return threads * n_elements / m.min_s
+
+
+@dataclass(frozen=True)
+class ChainPrediction:
+    """The chain's predicted time: the kernel that evaluates the erfs under both roofs (erf_kernel), plus
+    the kernels without erfs at the memory roof (other_memory_s, 0 when the chain is one fused kernel)."""
+
+    erf_kernel: roofline.ElementwiseRoofs
+    other_memory_s: float = 0.0
+
+    @property
+    def time_s(self) -> float:
+        """Predicted seconds: the erf kernel's slower roof plus the other kernels' bytes."""
+        return self.erf_kernel.time_s + self.other_memory_s
+
+    @property
+    def bound(self) -> str:
+        """'memory' or 'transcendental': the roof of the kernel that evaluates the erfs."""
+        return self.erf_kernel.bound
 
 
 def chain_roofs(
@@ -101,20 +129,30 @@ def chain_roofs(
     *,
     fused: bool = True,
     n_passes: int | None = None,
-) -> roofline.ElementwiseRoofs:
-    """Both roofs of the chain on tensors of n_elements: its bytes (n_passes full fp32 passes; default
-    fused or unfused) at bandwidth_gbs, and its one erf per element at gelus_per_s."""
+) -> ChainPrediction:
+    """Predicted time of the chain on tensors of n_elements (n_passes full fp32 passes; default: fused 3,
+    unfused 9) at bandwidth_gbs, with one erf per element at gelus_per_s.
+
+    Fused, one kernel: max(bytes / bandwidth, erfs / rate). Unfused, the GELU kernel (its input read and its
+    output written, GELU_KERNEL_PASSES) takes the slower of its two roofs; the other passes add at the memory
+    roof, since separate kernels cannot overlap one's arithmetic with another's memory traffic.
+    """
     n_passes = passes(fused=fused) if n_passes is None else n_passes
     if isinstance(n_passes, bool) or not isinstance(n_passes, int) or n_passes < 1:
         raise ValueError(f"n_passes must be a positive int or None, got {n_passes!r}")
     if isinstance(n_elements, bool) or not isinstance(n_elements, int) or n_elements < 1:
         raise ValueError(f"n_elements must be a positive int, got {n_elements!r}")
-    moved = float(n_passes * n_elements * 4)
-    return roofline.elementwise_roofs(moved, bandwidth_gbs, CHAIN_TRANSCENDENTALS * n_elements, gelus_per_s)
+    erf_passes = n_passes if fused else min(n_passes, GELU_KERNEL_PASSES)
+    pass_bytes = 4.0 * n_elements
+    erf_kernel = roofline.elementwise_roofs(
+        erf_passes * pass_bytes, bandwidth_gbs, CHAIN_TRANSCENDENTALS * n_elements, gelus_per_s
+    )
+    return ChainPrediction(erf_kernel, (n_passes - erf_passes) * pass_bytes / (bandwidth_gbs * 1e9))
 
 
-def bound_sentence(roofs: roofline.ElementwiseRoofs, bandwidth_gbs: float, gelus_per_s: float) -> str:
-    """Which roof binds the chain on this run, and by how much, in one sentence."""
+def bound_sentence(prediction: ChainPrediction, bandwidth_gbs: float, gelus_per_s: float) -> str:
+    """Which roof binds the chain's erf kernel on this run, and by how much, in one sentence."""
+    roofs = prediction.erf_kernel
     memory_ms, erf_ms = roofs.memory_s * 1e3, roofs.transcendental_s * 1e3
     ratio = max(memory_ms, erf_ms) / max(min(memory_ms, erf_ms), 1e-12)
     if roofs.bound == "memory":
@@ -265,12 +303,13 @@ def report_rows(
     baseline: str | None = None,
     *,
     gelus_per_s: float | None = None,
+    fused_labels: Iterable[str] | None = None,
 ) -> list[dict]:
     """Per variant: measured ms, full-tensor passes, achieved GB/s, predicted ms, the roof that sets it,
     predicted/measured ratio and speedup over the baseline (the first variant unless named).
 
-    Predicted ms is the memory roof (passes at bandwidth_gbs) or, given gelus_per_s, the slower of the
-    memory roof and the transcendental roof (one erf per element at gelus_per_s).
+    Predicted ms is the memory roof (passes at bandwidth_gbs) or, given gelus_per_s, chain_roofs: fused
+    variants (fused_labels; default: those with the fused chain's 3 passes) as one kernel, others unfused.
     """
     if not results:
         raise ValueError("results must hold at least one Measurement")
@@ -280,14 +319,23 @@ def report_rows(
     missing = set(results) - set(passes_by_label)
     if missing:
         raise ValueError(f"passes_by_label must give the memory passes of {sorted(missing)}")
+    if fused_labels is None:
+        fused_labels = [k for k, v in passes_by_label.items() if v == passes(fused=True)]
+    fused_labels = set(fused_labels)
     rows = []
     for label, m in results.items():
         moved = passes_by_label[label] * n_elements * 4.0
         if gelus_per_s is None:
             predicted_ms, bound = predicted_time_ms(moved, bandwidth_gbs), "memory"
         else:
-            roofs = chain_roofs(n_elements, bandwidth_gbs, gelus_per_s, n_passes=passes_by_label[label])
-            predicted_ms, bound = roofs.time_s * 1e3, roofs.bound
+            prediction = chain_roofs(
+                n_elements,
+                bandwidth_gbs,
+                gelus_per_s,
+                fused=label in fused_labels,
+                n_passes=passes_by_label[label],
+            )
+            predicted_ms, bound = prediction.time_s * 1e3, prediction.bound
         rows.append(
             {
                 "variant": label,
@@ -318,3 +366,27 @@ def format_report(rows: list[dict]) -> str:
             f"{r['predicted_over_measured']:>11.2f}{r['speedup']:>8.2f}x"
         )
     return "\n".join(lines)
+
+
+def fresh_output_sentence(
+    rows: list[dict], allocating: str = "torch.compile", given: str = "torch.compile, out given"
+) -> str:
+    """What a fresh output tensor cost per call, from report_rows of one kernel timed allocating its output
+    and writing into one given; and how close the kernel with its output given came to its roof."""
+    by = {r["variant"]: r for r in rows}
+    for name, label in (("allocating", allocating), ("given", given)):
+        if label not in by:
+            raise ValueError(f"{name} must name one of the variants {list(by)}, got {label!r}")
+    fresh_ms = by[allocating]["measured_ms"] - by[given]["measured_ms"]
+    share = fresh_ms / by[allocating]["measured_ms"]
+    kernel = by[given]
+    roof = (
+        f"with its output given, the fused kernel took {kernel['measured_ms']:.2f} ms: "
+        f"{kernel['predicted_over_measured']:.0%} of the speed its {kernel['bound']} roof allows"
+    )
+    if share > 0.1:
+        return (
+            f"a fresh output cost {fresh_ms:.1f} ms per call here ({share:.0%} of the compiled chain's "
+            f"time): page faults on memory the allocator had just asked the operating system for; {roof}"
+        )
+    return f"a fresh output cost little here ({fresh_ms:+.2f} ms per call): memory was reused; {roof}"

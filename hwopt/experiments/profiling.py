@@ -1,9 +1,11 @@
 """Profiling first: a pipeline slowed by data loading and per-item Python, profiled, fixed (lesson 6).
 
 The slow pipeline reads items one at a time (each read waits `io_ms`, like a network disk), preprocesses
-each item in a Python loop and runs the model one item at a time. The fixed one reads items concurrently
-(as DataLoader workers would) while the model works, preprocesses whole batches with numpy and runs the
-model on whole batches. Regions are labelled with torch.profiler.record_function: data, preprocess, compute.
+each item in a Python loop and runs the model one item at a time. The fixed one reads items concurrently on
+a pool of threads while the model works, preprocesses whole batches with numpy and runs the model on whole
+batches. Threads overlap these reads because a read here sleeps (waiting releases the GIL); DataLoader's
+workers are processes, which also overlap reads that compute in Python. Regions are labelled with
+torch.profiler.record_function: data, preprocess, compute.
 """
 
 from __future__ import annotations
@@ -108,7 +110,8 @@ def run_pipeline(
 ) -> torch.Tensor:
     """Push every item through the model -> logits (n_items, 10).
 
-    prefetch: read items concurrently on `workers` threads, queued ahead of the model (else one by one).
+    prefetch: read items concurrently on `workers` threads, queued ahead of the model (else one by one);
+    threads overlap the reads only because they sleep while waiting on storage.
     batched: preprocess with numpy and call the model once per batch (else per item, in Python).
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:

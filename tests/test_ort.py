@@ -129,10 +129,22 @@ def test_providers_for_cuda_and_cpu():
     assert hort.providers_for("cuda:0", available=["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
 
 
-def test_tensorrt_detection_and_session_without_tensorrt(monkeypatch, exported):
-    assert hort.tensorrt_available(["TensorrtExecutionProvider", "CPUExecutionProvider"])
+def test_tensorrt_needs_ort_providers_and_a_gpu_not_the_tensorrt_package(monkeypatch, exported):
+    import onnxruntime as ort
+
+    gpu_build = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert hort.tensorrt_available(gpu_build, gpu=True)
+    assert not hort.tensorrt_available(gpu_build, gpu=False)
+    # the tensorrt package without ORT's TensorRT provider (a CPU-only onnxruntime, as on Colab): not usable
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: object() if name == "tensorrt" else None)
+    usable, why = hort.tensorrt_status(gpu=True)
+    assert not usable and not hort.tensorrt_available(gpu=True)
+    assert "CPU-only" in why and "Colab" in why and "`tensorrt` package is installed" in why
+    usable, why = hort.tensorrt_status(["TensorrtExecutionProvider", "CPUExecutionProvider"], gpu=True)
+    assert not usable and "CUDAExecutionProvider" in why  # TensorRT's provider needs CUDA's too
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
-    assert not hort.tensorrt_available(["CPUExecutionProvider"])
+    assert "package" not in hort.tensorrt_status(["CPUExecutionProvider"], gpu=False)[1]
     with pytest.raises(ValueError, match="TensorrtExecutionProvider"):
         hort.tensorrt_fp16_session(exported[1], available=["CPUExecutionProvider"])
     assert "trt_fp16_enable" in hort.TENSORRT_FP16_CODE

@@ -159,11 +159,47 @@ def test_keep_bits_quantizes_kept_layers_more_gently(trained):
     assert len(torch.unique(q[0].weight)) > 3 and len(torch.unique(q[2].weight)) <= 3
 
 
-def test_torch_dynamic_int8_agrees_with_fp32(trained):
+def test_torch_dynamic_int8_agrees_with_fp32_on_both_apis(trained):
     model, data = trained
-    q = precision.torch_dynamic_int8(model)
+    api = precision.torch_int8_api()
+    assert api == "torch.ao" or api.startswith("torchao ")
+    q = precision.torch_dynamic_int8(model)  # torchao where it imports
     assert classifier.agreement(q, model, data.x_test) > 0.95
-    assert "quantized" in type(q[0]).__module__
+    if api.startswith("torchao"):
+        assert "torchao" in type(q[0].weight).__module__ and q[0].weight.dtype == torch.float32
+    with pytest.warns(DeprecationWarning, match="deprecated"):  # the old path says that it is old
+        old = precision.torch_dynamic_int8(model, api="torch.ao")
+    assert "quantized" in type(old[0]).__module__
+    assert classifier.agreement(old, model, data.x_test) > 0.95
+    assert type(model[0]) is torch.nn.Linear and model[0].weight.dtype == torch.float32  # original untouched
+    with pytest.raises(ValueError, match="api"):
+        precision.torch_dynamic_int8(model, api="fbgemm")
+
+
+def test_torch_int8_api_falls_back_when_torchao_does_not_import(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_torchao(name, *args, **kwargs):
+        if name.startswith("torchao"):
+            raise ImportError("no torchao here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_torchao)
+    assert precision.torch_int8_api() == "torch.ao"
+
+
+def test_symmetric_levels_leave_out_the_most_negative_code():
+    assert precision.levels(4) == 15 and precision.levels(2) == 3 and precision.levels(8) == 255
+    assert precision.levels(4, symmetric=False) == 16 and precision.levels(2, symmetric=False) == 4
+    for bits in (2, 3, 4, 8):  # a ramp over the whole range hits every code the quantizer has
+        symmetric_codes = precision.quantize(torch.linspace(-1, 1, 1001), bits).q
+        assert len(torch.unique(symmetric_codes)) == precision.levels(bits)
+        asymmetric_codes = precision.quantize(torch.linspace(0, 1, 1001), bits, symmetric=False).q
+        assert len(torch.unique(asymmetric_codes)) == precision.levels(bits, symmetric=False)
+    with pytest.raises(ValueError, match="bits"):
+        precision.levels(1)
 
 
 def test_compare_variants_and_table(trained):

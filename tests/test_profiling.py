@@ -1,6 +1,7 @@
 """experiments.profiling: slow, fixed pipelines agree; the profiler sees the categories, traces are written,
 CUDA activities are chosen for a GPU (tested without one), and the Nsight commands are well formed."""
 
+import contextlib
 import json
 
 import pytest
@@ -146,6 +147,39 @@ def test_run_nsys_runs_profile_then_stats(monkeypatch, tmp_path):
 def test_pipeline_script_is_valid_python(tmp_path):
     path = profiling.write_pipeline_script(tmp_path / "nsys" / "pipeline.py")
     compile(path.read_text(), str(path), "exec")
-    assert "nvtx" in path.read_text()
     with pytest.raises(ValueError, match="path"):
         profiling.write_pipeline_script(tmp_path / "pipeline.txt")
+
+
+def test_pipeline_script_labels_its_regions_inside_emit_nvtx(monkeypatch, tmp_path):
+    """record_function makes NVTX ranges only under emit_nvtx: every labelled region must run inside it."""
+    state = {"emit_nvtx": 0, "ranges": [], "regions": []}
+
+    @contextlib.contextmanager
+    def emit_nvtx(**kwargs):
+        state["emit_nvtx"] += 1
+        yield
+        state["emit_nvtx"] -= 1
+
+    @contextlib.contextmanager
+    def nvtx_range(name):
+        state["ranges"].append((name, state["emit_nvtx"]))
+        yield
+
+    @contextlib.contextmanager
+    def record_function(name):
+        state["regions"].append((name, state["emit_nvtx"]))
+        yield
+
+    small = profiling.make_pipeline(n_items=4, batch_size=2, hidden=8, io_ms=0)
+    monkeypatch.setattr(torch.autograd.profiler, "emit_nvtx", emit_nvtx)
+    monkeypatch.setattr(torch.cuda.nvtx, "range", nvtx_range)
+    monkeypatch.setattr(profiling, "record_function", record_function)
+    monkeypatch.setattr(profiling, "make_pipeline", lambda **kwargs: small)
+    path = profiling.write_pipeline_script(tmp_path / "pipeline.py")
+    exec(compile(path.read_text(), str(path), "exec"), {"__name__": "__main__"})
+    assert [name for name, _ in state["ranges"]] == ["slow pipeline", "fixed pipeline"] * 3
+    assert all(active for _, active in state["ranges"])
+    profiled = [(name, active) for name, active in state["regions"] if active]
+    assert {name for name, _ in profiled} == set(profiling.CATEGORIES)
+    assert state["emit_nvtx"] == 0  # left again at the end

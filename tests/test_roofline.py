@@ -70,9 +70,30 @@ def test_ridge_attainable_and_bound():
     assert rl.bound(rl.ridge_point(186e9, 24.6), 186e9, 24.6) == "compute"
 
 
+def test_elementwise_roofs_take_the_slower_roof_by_hand():
+    # 403 MB at 27.6 GB/s = 14.6 ms; 33.5 M erfs at 3.8 G/s = 8.83 ms -> memory binds
+    roofs = rl.elementwise_roofs(402.7e6, 27.6, 33.55e6, 3.8e9)
+    assert roofs.memory_s == pytest.approx(14.59e-3, rel=1e-3)
+    assert roofs.transcendental_s == pytest.approx(8.829e-3, rel=1e-3)
+    assert roofs.time_s == roofs.memory_s and roofs.bound == "memory"
+    # erf at half the rate (a CPU without AVX-512): 17.7 ms -> the transcendentals bind
+    slow = rl.elementwise_roofs(402.7e6, 27.6, 33.55e6, 1.9e9)
+    assert slow.bound == "transcendental" and slow.time_s == pytest.approx(17.66e-3, rel=1e-3)
+    assert rl.elementwise_roofs(0, 10.0, 5, 1e9).bound == "transcendental"
+    assert rl.elementwise_roofs(12, 10.0, 0, 1e9).bound == "memory"
+    # the two roofs meet at bandwidth / rate bytes per evaluation: 27.6e9 / 3.8e9 = 7.26 B
+    assert rl.transcendental_ridge_bytes(27.6, 3.8e9) == pytest.approx(7.263, rel=1e-3)
+
+
 @pytest.mark.parametrize(
     ("call", "name"),
     [
+        (lambda: rl.elementwise_roofs(-1, 10.0, 1, 1e9), "n_bytes"),
+        (lambda: rl.elementwise_roofs(1, 0, 1, 1e9), "bandwidth_gbs"),
+        (lambda: rl.elementwise_roofs(1, 10.0, float("inf"), 1e9), "n_transcendentals"),
+        (lambda: rl.elementwise_roofs(1, 10.0, 1, 0), "transcendentals_per_s"),
+        (lambda: rl.elementwise_roofs("1", 10.0, 1, 1e9), "n_bytes"),
+        (lambda: rl.transcendental_ridge_bytes(10.0, -1), "transcendentals_per_s"),
         (lambda: rl.intensity_gemv(0, 10), "rows"),
         (lambda: rl.intensity_gemv(10, 2.5), "cols"),
         (lambda: rl.intensity_gemv(10, 10, -1), "bytes_per_weight"),

@@ -269,3 +269,59 @@ def plot_roofline(ceilings: Iterable, points: Iterable = (), ax=None, *, title: 
             fontsize=8,
         )
     return plots.finish(ax)
+
+
+# --- a second roof for elementwise work: transcendental functions ------------------------------------------
+# An elementwise chain does almost no multiply-adds, so the matmul FLOP/s roof says nothing about it; what its
+# arithmetic can cost is the transcendental functions (erf, exp, tanh), each many instructions per element.
+# Their roof is a measured rate, evaluations per second on data already in cache.
+
+
+def _count(name: str, value) -> float:
+    """Check that `value` is a finite number >= 0 (a count of bytes or evaluations); return it."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.number) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number >= 0; got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0; got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class ElementwiseRoofs:
+    """Seconds an elementwise kernel needs under each of its two roofs: its bytes at the memory bandwidth
+    (memory_s) and its transcendental evaluations at their measured rate (transcendental_s)."""
+
+    memory_s: float
+    transcendental_s: float
+
+    @property
+    def time_s(self) -> float:
+        """Predicted seconds: the slower roof binds, max(memory_s, transcendental_s)."""
+        return max(self.memory_s, self.transcendental_s)
+
+    @property
+    def bound(self) -> str:
+        """'memory' or 'transcendental': the roof that sets time_s."""
+        return "memory" if self.memory_s >= self.transcendental_s else "transcendental"
+
+
+def elementwise_roofs(
+    n_bytes: float, bandwidth_gbs: float, n_transcendentals: float, transcendentals_per_s: float
+) -> ElementwiseRoofs:
+    """Both roofs of an elementwise kernel: n_bytes / (bandwidth_gbs * 1e9) and
+    n_transcendentals / transcendentals_per_s (e.g. erf-GELUs per second, measured in cache)."""
+    _count("n_bytes", n_bytes)
+    _positive("bandwidth_gbs", bandwidth_gbs)
+    _count("n_transcendentals", n_transcendentals)
+    _positive("transcendentals_per_s", transcendentals_per_s)
+    return ElementwiseRoofs(n_bytes / (bandwidth_gbs * 1e9), n_transcendentals / transcendentals_per_s)
+
+
+def transcendental_ridge_bytes(bandwidth_gbs: float, transcendentals_per_s: float) -> float:
+    """Bytes moved per transcendental evaluation where the two roofs meet: bandwidth_gbs * 1e9 / rate.
+
+    A kernel moving fewer bytes than this per evaluation is bound by the transcendentals, more by memory.
+    """
+    _positive("bandwidth_gbs", bandwidth_gbs)
+    _positive("transcendentals_per_s", transcendentals_per_s)
+    return bandwidth_gbs * 1e9 / transcendentals_per_s

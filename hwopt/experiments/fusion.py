@@ -2,22 +2,34 @@
 
 The chain is y = (gelu(x + bias) + residual) * scale on x, residual of shape (rows, cols).
 Unfused, each op reads its inputs from memory and writes its output back; fused, one kernel reads x and
-residual once and writes y once. For the 4-op chain: 9 vs 3 tensor passes, a predicted 3x.
+residual once and writes y once. For the 4-op chain: 9 vs 3 tensor passes, a predicted 3x when memory is
+the limit. The chain also evaluates one erf per element (exact GELU); where the machine evaluates erf more
+slowly than memory delivers the bytes, that second roof binds instead (gelu_elements_per_s measures it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hwopt.machine import bench
+from hwopt.cost import roofline
+from hwopt.machine import bench, probe
 
 CHAIN_OPS = 4  # add bias, gelu, add residual, scale
 CHAIN_EXTRA_INPUTS = 1  # residual: a full-size tensor; bias (cols,) and scale (scalar) are negligible
+CHAIN_TRANSCENDENTALS = 1  # one erf per element (the exact GELU); the adds and multiplies are cheap
+GELU_KERNEL_PASSES = 2  # unfused, the GELU kernel reads its input and writes its output
+CACHE_MULTIPLE = 4  # the lesson's tensors are this many times the last-level cache
+UNKNOWN_CACHE_BYTES = 32 * 2**20  # assumed when the cache size cannot be read
+CHAIN_MB_RANGE = (16.0, 512.0)  # per-tensor size limits (MB): enough to leave the cache, few seconds to run
+GELU_MAX_ELEMENTS = 1 << 20  # the transcendental probe's array: at most 4 MB, inside the cache
 
 
 def chain(x: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor, scale: float) -> torch.Tensor:
@@ -35,6 +47,125 @@ class Chain(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         return chain(x, self.bias, residual, self.scale)
+
+
+def chain_into(
+    x: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor, scale: float, out: torch.Tensor
+) -> torch.Tensor:
+    """The chain written into a preallocated out (rows, cols): no fresh output memory per call."""
+    return torch.mul(F.gelu(x + bias) + residual, scale, out=out)
+
+
+def cache_bytes(device: str = "cpu") -> int | None:
+    """The device's last-level cache in bytes: the CPU's (probe.last_level_cache_bytes), a CUDA GPU's L2;
+    None when unknown."""
+    device = bench.resolve_device(device)
+    kind = device.split(":")[0]
+    if kind == "cpu":
+        return probe.last_level_cache_bytes()
+    if kind == "cuda":
+        return getattr(torch.cuda.get_device_properties(device), "L2_cache_size", None) or None
+    return None
+
+
+def chain_shape(device: str = "cpu", *, cache_multiple: float = CACHE_MULTIPLE, cols: int = 1024) -> tuple:
+    """(rows, cols) of fp32 tensors cache_multiple times the device's last-level cache (16..512 MB each)."""
+    if not cache_multiple > 0:
+        raise ValueError(f"cache_multiple must be positive, got {cache_multiple!r}")
+    if isinstance(cols, bool) or not isinstance(cols, int) or cols < 1:
+        raise ValueError(f"cols must be a positive int, got {cols!r}")
+    low, high = CHAIN_MB_RANGE
+    target_mb = min(high, max(low, cache_multiple * (cache_bytes(device) or UNKNOWN_CACHE_BYTES) / 1e6))
+    rows = max(64, round(target_mb * 1e6 / (4 * cols) / 64) * 64)
+    return rows, cols
+
+
+def gelu_elements_per_s(
+    device: str = "cpu", n_elements: int | None = None, *, repeats: int = 15, clock=time.perf_counter
+) -> float:
+    """The transcendental roof: exact (erf) GELUs per second, best of repeats, on an fp32 array that fits in
+    the cache (default: an eighth of the last-level cache, at most 1M elements), so memory is not the limit.
+
+    On a CPU: one thread's rate times torch's thread count (erf work scales with the cores; one thread is
+    timed because a parallel call on a busy machine waits for its slowest thread's turn on a core).
+    """
+    device = bench.resolve_device(device)
+    if n_elements is None:
+        n_elements = min(GELU_MAX_ELEMENTS, max(1 << 14, (cache_bytes(device) or UNKNOWN_CACHE_BYTES) // 32))
+    if isinstance(n_elements, bool) or not isinstance(n_elements, int) or n_elements < 1:
+        raise ValueError(f"n_elements must be a positive int or None, got {n_elements!r}")
+    x = torch.randn(n_elements, generator=torch.Generator().manual_seed(0)).to(device)
+    cpu = device == "cpu"
+    threads = torch.get_num_threads() if cpu else 1
+    with warnings.catch_warnings(), bench.threads(1) if cpu else contextlib.nullcontext():
+        warnings.simplefilter("ignore", bench.NoisyMeasurementWarning)  # a roof keeps the best repeat
+        m = bench.time_fn(lambda: F.gelu(x), device=device, warmup=2, repeats=repeats, clock=clock)
+    return threads * n_elements / m.min_s
+
+
+@dataclass(frozen=True)
+class ChainPrediction:
+    """The chain's predicted time: the kernel that evaluates the erfs under both roofs (erf_kernel), plus
+    the kernels without erfs at the memory roof (other_memory_s, 0 when the chain is one fused kernel)."""
+
+    erf_kernel: roofline.ElementwiseRoofs
+    other_memory_s: float = 0.0
+
+    @property
+    def time_s(self) -> float:
+        """Predicted seconds: the erf kernel's slower roof plus the other kernels' bytes."""
+        return self.erf_kernel.time_s + self.other_memory_s
+
+    @property
+    def bound(self) -> str:
+        """'memory' or 'transcendental': the roof of the kernel that evaluates the erfs."""
+        return self.erf_kernel.bound
+
+
+def chain_roofs(
+    n_elements: int,
+    bandwidth_gbs: float,
+    gelus_per_s: float,
+    *,
+    fused: bool = True,
+    n_passes: int | None = None,
+) -> ChainPrediction:
+    """Predicted time of the chain on tensors of n_elements (n_passes full fp32 passes; default: fused 3,
+    unfused 9) at bandwidth_gbs, with one erf per element at gelus_per_s.
+
+    Fused, one kernel: max(bytes / bandwidth, erfs / rate). Unfused, the GELU kernel (its input read and its
+    output written, GELU_KERNEL_PASSES) takes the slower of its two roofs; the other passes add at the memory
+    roof, since separate kernels cannot overlap one's arithmetic with another's memory traffic.
+    """
+    n_passes = passes(fused=fused) if n_passes is None else n_passes
+    if isinstance(n_passes, bool) or not isinstance(n_passes, int) or n_passes < 1:
+        raise ValueError(f"n_passes must be a positive int or None, got {n_passes!r}")
+    if isinstance(n_elements, bool) or not isinstance(n_elements, int) or n_elements < 1:
+        raise ValueError(f"n_elements must be a positive int, got {n_elements!r}")
+    erf_passes = n_passes if fused else min(n_passes, GELU_KERNEL_PASSES)
+    pass_bytes = 4.0 * n_elements
+    erf_kernel = roofline.elementwise_roofs(
+        erf_passes * pass_bytes, bandwidth_gbs, CHAIN_TRANSCENDENTALS * n_elements, gelus_per_s
+    )
+    return ChainPrediction(erf_kernel, (n_passes - erf_passes) * pass_bytes / (bandwidth_gbs * 1e9))
+
+
+def bound_sentence(prediction: ChainPrediction, bandwidth_gbs: float, gelus_per_s: float) -> str:
+    """Which roof binds the chain's erf kernel on this run, and by how much, in one sentence."""
+    roofs = prediction.erf_kernel
+    memory_ms, erf_ms = roofs.memory_s * 1e3, roofs.transcendental_s * 1e3
+    ratio = max(memory_ms, erf_ms) / max(min(memory_ms, erf_ms), 1e-12)
+    if roofs.bound == "memory":
+        return (
+            f"memory-bound here: moving the bytes at {bandwidth_gbs:.1f} GB/s takes {memory_ms:.2f} ms, "
+            f"{ratio:.1f}x the {erf_ms:.2f} ms the erfs take at {gelus_per_s / 1e9:.2f} G/s: "
+            "the byte count predicts the fused time"
+        )
+    return (
+        f"compute-bound here: the erfs take {erf_ms:.2f} ms at {gelus_per_s / 1e9:.2f} G/s, {ratio:.1f}x "
+        f"the {memory_ms:.2f} ms that moving the bytes takes at {bandwidth_gbs:.1f} GB/s: fusing saves "
+        "bytes, but the fused kernel waits on its arithmetic, so it gains less than the byte count predicts"
+    )
 
 
 def chain_inputs(rows: int, cols: int, device: str = "cpu", seed: int = 0) -> dict:
@@ -170,9 +301,16 @@ def report_rows(
     passes_by_label: dict[str, int],
     bandwidth_gbs: float,
     baseline: str | None = None,
+    *,
+    gelus_per_s: float | None = None,
+    fused_labels: Iterable[str] | None = None,
 ) -> list[dict]:
-    """Per variant: measured ms, full-tensor passes, achieved GB/s, predicted ms at the memory roof,
-    predicted/measured ratio and speedup over the baseline (the first variant unless named)."""
+    """Per variant: measured ms, full-tensor passes, achieved GB/s, predicted ms, the roof that sets it,
+    predicted/measured ratio and speedup over the baseline (the first variant unless named).
+
+    Predicted ms is the memory roof (passes at bandwidth_gbs) or, given gelus_per_s, chain_roofs: fused
+    variants (fused_labels; default: those with the fused chain's 3 passes) as one kernel, others unfused.
+    """
     if not results:
         raise ValueError("results must hold at least one Measurement")
     baseline = baseline or next(iter(results))
@@ -181,10 +319,23 @@ def report_rows(
     missing = set(results) - set(passes_by_label)
     if missing:
         raise ValueError(f"passes_by_label must give the memory passes of {sorted(missing)}")
+    if fused_labels is None:
+        fused_labels = [k for k, v in passes_by_label.items() if v == passes(fused=True)]
+    fused_labels = set(fused_labels)
     rows = []
     for label, m in results.items():
         moved = passes_by_label[label] * n_elements * 4.0
-        predicted_ms = predicted_time_ms(moved, bandwidth_gbs)
+        if gelus_per_s is None:
+            predicted_ms, bound = predicted_time_ms(moved, bandwidth_gbs), "memory"
+        else:
+            prediction = chain_roofs(
+                n_elements,
+                bandwidth_gbs,
+                gelus_per_s,
+                fused=label in fused_labels,
+                n_passes=passes_by_label[label],
+            )
+            predicted_ms, bound = prediction.time_s * 1e3, prediction.bound
         rows.append(
             {
                 "variant": label,
@@ -193,6 +344,7 @@ def report_rows(
                 "passes": passes_by_label[label],
                 "achieved_gbs": moved / m.median_s / 1e9,
                 "predicted_ms": predicted_ms,
+                "bound": bound,
                 "predicted_over_measured": predicted_ms / m.median_ms,
                 "speedup": results[baseline].median_s / m.median_s,
             }
@@ -202,14 +354,39 @@ def report_rows(
 
 def format_report(rows: list[dict]) -> str:
     """report_rows as an aligned text table."""
+    width = max(16, *(len(r["variant"]) + 2 for r in rows))
     lines = [
-        f"{'variant':<16}{'passes':>7}{'ms':>9}{'IQR':>8}{'GB/s':>8}{'predicted ms':>14}"
+        f"{'variant':<{width}}{'passes':>7}{'ms':>9}{'IQR':>8}{'GB/s':>8}{'predicted ms':>14}{'bound':>16}"
         f"{'pred/meas':>11}{'speedup':>9}"
     ]
     for r in rows:
         lines.append(
-            f"{r['variant']:<16}{r['passes']:>7}{r['measured_ms']:>9.2f}{r['iqr_ms']:>8.2f}"
-            f"{r['achieved_gbs']:>8.1f}{r['predicted_ms']:>14.2f}{r['predicted_over_measured']:>11.2f}"
-            f"{r['speedup']:>8.2f}x"
+            f"{r['variant']:<{width}}{r['passes']:>7}{r['measured_ms']:>9.2f}{r['iqr_ms']:>8.2f}"
+            f"{r['achieved_gbs']:>8.1f}{r['predicted_ms']:>14.2f}{r['bound']:>16}"
+            f"{r['predicted_over_measured']:>11.2f}{r['speedup']:>8.2f}x"
         )
     return "\n".join(lines)
+
+
+def fresh_output_sentence(
+    rows: list[dict], allocating: str = "torch.compile", given: str = "torch.compile, out given"
+) -> str:
+    """What a fresh output tensor cost per call, from report_rows of one kernel timed allocating its output
+    and writing into one given; and how close the kernel with its output given came to its roof."""
+    by = {r["variant"]: r for r in rows}
+    for name, label in (("allocating", allocating), ("given", given)):
+        if label not in by:
+            raise ValueError(f"{name} must name one of the variants {list(by)}, got {label!r}")
+    fresh_ms = by[allocating]["measured_ms"] - by[given]["measured_ms"]
+    share = fresh_ms / by[allocating]["measured_ms"]
+    kernel = by[given]
+    roof = (
+        f"with its output given, the fused kernel took {kernel['measured_ms']:.2f} ms: "
+        f"{kernel['predicted_over_measured']:.0%} of the speed its {kernel['bound']} roof allows"
+    )
+    if share > 0.1:
+        return (
+            f"a fresh output cost {fresh_ms:.1f} ms per call here ({share:.0%} of the compiled chain's "
+            f"time): page faults on memory the allocator had just asked the operating system for; {roof}"
+        )
+    return f"a fresh output cost little here ({fresh_ms:+.2f} ms per call): memory was reused; {roof}"

@@ -425,17 +425,52 @@ def int8_saturation_probe(
     return errors
 
 
-def tensorrt_available(available: Sequence[str] | None = None) -> bool:
-    """True when ORT's TensorRT execution provider (or the tensorrt package) is present."""
+TENSORRT_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider")  # TensorRT runs on CUDA's
+
+
+def tensorrt_status(
+    available: Sequence[str] | None = None, *, gpu: bool | None = None, tensorrt_package: bool | None = None
+) -> tuple[bool, str]:
+    """(usable, why): can ONNX Runtime run TensorRT FP16 here, and the reason in one sentence.
+
+    Usable needs this onnxruntime's providers (ort.get_available_providers()) to hold both the TensorRT and
+    the CUDA execution providers, and a CUDA GPU (gpu: torch.cuda.is_available() by default). The
+    `tensorrt` Python package alone is not enough: ORT runs TensorRT only through its own provider.
+    """
+    import importlib.util
+
     if available is None:
         import onnxruntime as ort
 
         available = ort.get_available_providers()
-    if "TensorrtExecutionProvider" in available:
-        return True
-    import importlib.util
+    available = list(available)
+    if gpu is None:
+        import torch
 
-    return importlib.util.find_spec("tensorrt") is not None
+        gpu = torch.cuda.is_available()
+    if tensorrt_package is None:
+        tensorrt_package = importlib.util.find_spec("tensorrt") is not None
+    missing = [name for name in TENSORRT_PROVIDERS if name not in available]
+    if not missing and gpu:
+        return True, f"ONNX Runtime has {' and '.join(TENSORRT_PROVIDERS)} and a CUDA GPU is present"
+    if not missing:
+        return False, "this onnxruntime has the TensorRT provider, but no CUDA GPU is visible"
+    if not any(name in available for name in TENSORRT_PROVIDERS):
+        why = (
+            f"this onnxruntime is a CPU-only build (providers {available}), like the `onnxruntime` wheel "
+            "the course installs, on Colab's GPU runtime too: TensorRT needs the `onnxruntime-gpu` wheel "
+            "built with TensorRT, an NVIDIA GPU and TensorRT's libraries"
+        )
+    else:
+        why = f"this onnxruntime lacks {' and '.join(missing)} (providers {available})"
+    if tensorrt_package:
+        why += "; the `tensorrt` package is installed, but ORT uses TensorRT only through its own provider"
+    return False, why
+
+
+def tensorrt_available(available: Sequence[str] | None = None, *, gpu: bool | None = None) -> bool:
+    """True when ONNX Runtime can run TensorRT here (see tensorrt_status for the reason when not)."""
+    return tensorrt_status(available, gpu=gpu)[0]
 
 
 def tensorrt_fp16_session(

@@ -7,7 +7,9 @@ with the range widened to include 0. Per-channel: one scale per output row of a 
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -32,6 +34,14 @@ def bytes_per_weight(precision: str | int) -> float:
 def _check_bits(bits: int) -> None:
     if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 16:
         raise ValueError(f"bits must be an int from 2 to 16, got {bits!r}")
+
+
+def levels(bits: int, *, symmetric: bool = True) -> int:
+    """How many distinct codes quantize() uses at `bits`: symmetric 2^bits - 1 (-(2^(b-1) - 1) .. 2^(b-1) - 1,
+    so int4 has 15 and int2 has 3: the most negative code is left out to keep zero in the middle),
+    asymmetric all 2^bits."""
+    _check_bits(bits)
+    return 2**bits - 1 if symmetric else 2**bits
 
 
 @dataclass(frozen=True)
@@ -59,12 +69,12 @@ def quantize(w: torch.Tensor, bits: int, *, per_channel: bool = False, symmetric
     dims = tuple(range(1, w.dim())) if per_channel else tuple(range(w.dim()))
     tiny = torch.finfo(torch.float32).tiny
     if symmetric:
-        qmax = 2 ** (bits - 1) - 1
+        qmax = (levels(bits) - 1) // 2  # 2^(b-1) - 1
         scale = (w.abs().amax(dim=dims, keepdim=True) / qmax).clamp_min(tiny)
         zero_point = torch.zeros_like(scale, dtype=torch.int32)
         q = torch.clamp(torch.round(w / scale), -qmax, qmax).to(torch.int32)
     else:
-        qmax = 2**bits - 1
+        qmax = levels(bits, symmetric=False) - 1
         low = w.amin(dim=dims, keepdim=True).clamp_max(0.0)
         high = w.amax(dim=dims, keepdim=True).clamp_min(0.0)
         scale = ((high - low) / qmax).clamp_min(tiny)
@@ -76,7 +86,7 @@ def quantize(w: torch.Tensor, bits: int, *, per_channel: bool = False, symmetric
 def fake_quantize(
     w: torch.Tensor, bits: int, *, per_channel: bool = False, symmetric: bool = True
 ) -> torch.Tensor:
-    """w rounded to the nearest of 2^bits levels and back to float (same shape and dtype as w)."""
+    """w rounded to the nearest of levels(bits, symmetric) levels and back to float (same shape, dtype)."""
     return quantize(w, bits, per_channel=per_channel, symmetric=symmetric).dequantize().to(w.dtype)
 
 
@@ -223,15 +233,64 @@ def in_dtype(model: nn.Module, precision: str, device: str = "cpu") -> Callable[
     return predict
 
 
-def torch_dynamic_int8(model: nn.Module) -> nn.Module:
-    """PyTorch dynamic int8 quantization of the Linear layers (CPU only; deprecation notice silenced)."""
+TORCH_AO_DEPRECATED = (
+    "torch.ao.quantization.quantize_dynamic is deprecated: PyTorch moved eager quantization to torchao's "
+    "quantize_ (pip install torchao); this is the old path, kept for machines without torchao"
+)
+
+
+@contextlib.contextmanager
+def _quiet_loggers(*names: str):
+    """Loggers named here print errors only inside the block (torchao's import reports CUDA kernels that a
+    CPU-only torch cannot load, and torch's tree utilities a deprecation of torchao's, on stderr)."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels_before = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels_before, strict=True):
+            lg.setLevel(level)
+
+
+def torch_int8_api() -> str:
+    """Which PyTorch dynamic-int8 API torch_dynamic_int8 uses here: 'torchao <version>' or 'torch.ao'."""
+    try:
+        with _quiet_loggers("torchao", "torch.utils._pytree"):
+            import torchao
+            from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_  # noqa: F401
+    except Exception:  # absent, or a torchao built for another torch: the deprecated path still works
+        return "torch.ao"
+    return f"torchao {torchao.__version__}"
+
+
+def torch_dynamic_int8(model: nn.Module, api: str | None = None) -> nn.Module:
+    """A copy of model with dynamic int8 Linear layers (int8 weights; each call's activations quantized on
+    the fly), on the CPU.
+
+    api 'torchao': torchao's quantize_(Int8DynamicActivationInt8WeightConfig()), PyTorch's current API.
+    api 'torch.ao': torch.ao.quantization.quantize_dynamic, deprecated: one DeprecationWarning says so.
+    None: torchao when it imports (torch_int8_api), else torch.ao.
+    """
+    api = api or torch_int8_api().split()[0]
+    if api not in ("torchao", "torch.ao"):
+        raise ValueError(f"api must be 'torchao', 'torch.ao' or None, got {api!r}")
+    copied = copy.deepcopy(model).cpu().eval()
+    if api == "torchao":
+        with _quiet_loggers("torchao", "torch.utils._pytree"):
+            from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+        quantize_(copied, Int8DynamicActivationInt8WeightConfig())
+        return copied
     import warnings
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from torch.ao.quantization import quantize_dynamic
+    from torch.ao.quantization import quantize_dynamic
 
-        return quantize_dynamic(copy.deepcopy(model).cpu().eval(), {nn.Linear}, dtype=torch.qint8)
+    warnings.warn(TORCH_AO_DEPRECATED, DeprecationWarning, stacklevel=2)  # shown once per calling line
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's own notices say the same at length, three times over
+        return quantize_dynamic(copied, {nn.Linear}, dtype=torch.qint8)
 
 
 def compare_variants(

@@ -150,6 +150,18 @@ def test_path_report_says_which_path_runs():
     assert ("no VNNI here" in report) == (lowbit_gemv.kernel_path() in ("avx2", "portable"))
 
 
+@needs_kernel
+@on_x86
+def test_path_report_on_a_cpu_without_vnni(monkeypatch, tmp_path):
+    """An AVX2-only CPU (EPYC Milan's features) builds the avx2 path, and the report says VNNI is absent."""
+    monkeypatch.setattr(lowbit_gemv.hardware, "cpu_info", lambda: {"simd": ["AVX2", "FMA", "F16C"]})
+    assert lowbit_gemv.best_path() == "avx2"
+    lib = lowbit_gemv.open_library(lowbit_gemv.build(out_dir=tmp_path))
+    report = lowbit_gemv.path_report(lib)
+    assert "runs the avx2 path" in report and "vpmaddubsw" in report and "no VNNI here" in report
+    assert "can also run: portable" in report
+
+
 def _measurement(label, median_ms, spread=0.0):
     times = [median_ms * (1 - spread / 2), median_ms, median_ms * (1 + spread / 2)]
     return bench.Measurement(label, tuple(t / 1e3 for t in times))

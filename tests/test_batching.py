@@ -183,3 +183,33 @@ def test_sweep_table_with_prediction():
     lines = bt.sweep_table(sweep, predicted_ms=[0.5, 2.0]).splitlines()
     assert "pred/meas" in lines[0] and lines[1].split()[-1] == "0.50" and "2,000" in lines[2]
     assert "pred" not in bt.sweep_table(sweep)
+
+
+@pytest.mark.parametrize("weight_bytes, cache_bytes, says", [
+    (12.6e6, 32 * 2**20, "fit in this device's last-level cache (32 MiB): "),  # the lesson's MLP on EPYC
+    (12.6e6, 16 * 2**20, "(more than half of it"),
+    (12.6e6, 8 * 2**20, "exceed this device's last-level cache (8 MiB): every batch-1 call streams them"),
+    (12.6e6, None, "its size is not known here"),
+])
+def test_batch1_regime_sizes_the_weights_against_the_cache(weight_bytes, cache_bytes, says):
+    assert says in bt.batch1_regime(weight_bytes, "last-level cache", cache_bytes)
+    assert "12.6 MB" in bt.batch1_regime(weight_bytes, "last-level cache", cache_bytes)
+
+
+def test_batch1_regime_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="weight_bytes"):
+        bt.batch1_regime(0, "L2 cache", 2**20)
+    with pytest.raises(ValueError, match="cache_bytes"):
+        bt.batch1_regime(1e6, "L2 cache", -1)
+
+
+@pytest.mark.parametrize("latency_ms, says", [
+    (0.2, "came from cache"),  # 12.6 MB in 0.2 ms = 63 GB/s > 25 GB/s
+    (0.6, "memory-bound here"),  # 21 GB/s
+    (1.3, "fixed cost of each call"),  # 9.7 GB/s
+])
+def test_batch1_verdict_reads_the_measured_rate(latency_ms, says):
+    verdict = bt.batch1_verdict(12.6e6, latency_ms, 25.0)
+    assert says in verdict and f"{12.6e6 / latency_ms / 1e6:,.1f} GB/s" in verdict
+    with pytest.raises(ValueError, match="bandwidth_gbs"):
+        bt.batch1_verdict(12.6e6, latency_ms, 0)

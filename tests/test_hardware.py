@@ -249,3 +249,28 @@ def test_machine_here_describes_this_cpu_and_is_json_ready():
     d = json.loads(json.dumps(m.to_dict()))
     assert d["logical_cores"] == m.logical_cores and isinstance(d["simd"], list)
     assert m.simd_meaning() and "SIMD" in m.summary()
+
+
+def test_last_level_cache_per_device_kind(monkeypatch):
+    """CPU: the probe's sysfs size; CUDA: the GPU's L2 (a fake torch device here); MPS: not reported."""
+    import torch
+
+    from hwopt.machine import probe
+
+    monkeypatch.setattr(probe, "last_level_cache_bytes", lambda: 32 * 2**20)
+    assert hardware.last_level_cache("cpu") == ("last-level cache", 32 * 2**20)
+    asked = []
+
+    def properties(index):
+        asked.append(index)
+        return types.SimpleNamespace(name="NVIDIA H100", L2_cache_size=50 * 2**20)
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    assert hardware.last_level_cache("cuda") == ("L2 cache", 50 * 2**20)
+    assert hardware.last_level_cache("cuda:1") == ("L2 cache", 50 * 2**20) and asked == [0, 1]
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(name="old"))
+    assert hardware.last_level_cache("cuda") == ("L2 cache", None)  # a torch without the field
+    assert hardware.last_level_cache("mps") == ("system-level cache", None)
+    for bad in ("auto", "tpu", "mps:1", "cuda:x"):
+        with pytest.raises(ValueError, match="device must be"):
+            hardware.last_level_cache(bad)

@@ -61,3 +61,8 @@ def test_serving_explorer_reports_both_policies(shown, capsys):
     assert "p99" in capsys.readouterr().out
     with pytest.raises(ValueError, match="per_item_ms"):
         serving.serving_explorer(1.0, 0.0)
+
+
+def test_serving_explorer_starts_within_its_slider_when_items_cost_more_than_the_overhead(shown):
+    rate = serving.serving_explorer(0.1, 2.0).controls["arrival_rate_per_s"]  # one at a time 476/s, max 500
+    assert 10**rate.min <= rate.value <= 10**rate.max * (1 + 1e-9)  # a log slider's bounds are exponents

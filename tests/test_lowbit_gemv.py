@@ -1,13 +1,22 @@
-"""experiments.lowbit_gemv: weight layouts by hand; C kernel (vectorized, portable) vs its numpy model."""
+"""experiments.lowbit_gemv: weight layouts by hand; every instruction path of the C kernel this CPU runs
+(AVX-512 VNNI, AVX-VNNI, AVX2, portable C) vs its numpy model; which path a CPU builds."""
+
+import platform
 
 import numpy as np
 import pytest
 
 from hwopt import formats
 from hwopt.experiments import decode, lowbit_gemv
+from hwopt.machine import bench
 
 REASON = lowbit_gemv.unavailable_reason()
 needs_kernel = pytest.mark.skipif(REASON is not None, reason=f"C kernel unavailable: {REASON}")
+HERE = lowbit_gemv.runnable_paths()  # this CPU's paths, fastest first
+EVERY_PATH = [pytest.param(path, marks=pytest.mark.skipif(
+    path not in HERE, reason=f"this CPU cannot run the {path} path (it runs {', '.join(HERE)})"))
+    for path in lowbit_gemv.PATHS]
+on_x86 = pytest.mark.skipif(platform.machine().lower() not in lowbit_gemv.X86_ARCHS, reason="x86 paths")
 
 
 @pytest.fixture(scope="module")
@@ -73,19 +82,128 @@ def test_emulation_stays_within_the_decode_tolerance(stack, precision):
 @needs_kernel
 @pytest.mark.parametrize("threads", [1, 2, 3])  # 3 threads split 80 groups of 4 rows unevenly
 @pytest.mark.parametrize("precision", ["fp32", "int8", "int4"])
-def test_kernel_matches_its_numpy_model(stack, precision, threads):
-    y = lowbit_gemv.step_fn(stack, precision, threads=threads)()
+@pytest.mark.parametrize("path", EVERY_PATH)
+def test_every_path_this_cpu_runs_matches_the_numpy_model(stack, path, precision, threads):
+    lib = lowbit_gemv.load(path=path)
+    assert lowbit_gemv.kernel_path(lib) == path  # the library reports the path its flags built
+    y = lowbit_gemv.step_fn(stack, precision, threads=threads, lib=lib)()
     assert decode.relative_error(y, lowbit_gemv.emulate(stack, precision)) < 1e-5
     assert decode.relative_error(y, decode.reference(stack)) < decode.TOLERANCE[precision]
 
 
 @needs_kernel
-def test_portable_build_matches_too(stack, tmp_path):
-    """Without -march=native (no AVX2 on x86) the plain C loops run: same results."""
-    lib = lowbit_gemv.open_library(lowbit_gemv.build(flags=lowbit_gemv.PORTABLE_FLAGS, out_dir=tmp_path))
-    for precision in ("fp32", "int8", "int4"):
+@pytest.mark.parametrize("path", EVERY_PATH)
+def test_extreme_values_neither_saturate_nor_overflow(path):
+    """Weights and inputs at +-127: u8 x s8 pairs sum to 2 * 127 * 127 in int16 (AVX2), and the VNNI path's
+    w + 128 with its 128 * sum(x) correction, stay exact."""
+    rng = np.random.default_rng(4)
+    signs = rng.choice(np.array([-1.0, 1.0], np.float32), size=(512, 512))
+    stack = decode.DecodeStack((signs / 512, -signs / 512), np.sign(signs[0]).astype(np.float32))
+    lib = lowbit_gemv.load(path=path)
+    for precision in ("int8", "int4"):
         y = lowbit_gemv.step_fn(stack, precision, threads=2, lib=lib)()
         assert decode.relative_error(y, lowbit_gemv.emulate(stack, precision)) < 1e-5
+
+
+@needs_kernel
+def test_this_machine_builds_its_fastest_path():
+    assert lowbit_gemv.kernel_path() == lowbit_gemv.best_path() == HERE[0]
+    assert HERE[-1] == "portable"
+
+
+@needs_kernel
+@on_x86
+def test_every_path_compiles_and_only_runnable_ones_load(tmp_path):
+    for path in lowbit_gemv.PATHS:
+        try:
+            library = lowbit_gemv.build(path=path, out_dir=tmp_path)
+        except lowbit_gemv.KernelUnavailable as error:  # a compiler too old for the flags
+            assert path not in ("avx2", "portable"), str(error)
+            continue
+        if path in HERE:
+            assert lowbit_gemv.kernel_path(lowbit_gemv.open_library(library)) == path
+        else:
+            with pytest.raises(lowbit_gemv.KernelUnavailable, match=f"built for the {path} path"):
+                lowbit_gemv.open_library(library)
+
+
+@pytest.mark.parametrize("simd, arch, expected", [
+    (["AVX2", "FMA", "F16C"], "x86_64", ["avx2", "portable"]),  # EPYC Milan
+    (["AVX2", "FMA", "AVX-512F", "AVX-512 VNNI", "AVX-512 BF16"], "x86_64",
+     ["avx512-vnni", "avx2", "portable"]),  # EPYC Genoa
+    (["AVX2", "FMA", "AVX-VNNI"], "x86_64", ["avx-vnni", "avx2", "portable"]),  # Alder Lake
+    (["AVX2", "FMA", "AVX-512F", "AVX-512 VNNI", "AVX-VNNI", "AMX-INT8"], "AMD64",
+     ["avx512-vnni", "avx-vnni", "avx2", "portable"]),  # Sapphire Rapids
+    (["AVX-512 VNNI", "AVX-512F"], "x86_64", ["portable"]),  # no AVX2/FMA listed: nothing to build on
+    (["NEON", "NEON DOTPROD"], "aarch64", ["portable"]),
+    (["AVX2", "FMA"], "arm64", ["portable"]),  # x86 paths never on another architecture
+])
+def test_paths_follow_the_cpu_features(simd, arch, expected):
+    assert lowbit_gemv.runnable_paths(simd, arch) == expected
+    assert lowbit_gemv.best_path(simd, arch) == expected[0]
+
+
+def test_path_flags_name_the_instructions():
+    assert "-mavx512vnni" in lowbit_gemv.path_flags("avx512-vnni")
+    assert "-mavxvnni" in lowbit_gemv.path_flags("avx-vnni")
+    assert lowbit_gemv.path_flags("portable") == lowbit_gemv.PORTABLE_FLAGS
+    with pytest.raises(ValueError, match="path must be one of"):
+        lowbit_gemv.path_flags("sse2")
+    with pytest.raises(ValueError, match="flags or path"):
+        lowbit_gemv.build(flags=lowbit_gemv.PORTABLE_FLAGS, path="avx2")
+
+
+@needs_kernel
+def test_path_report_says_which_path_runs():
+    report = lowbit_gemv.path_report()
+    assert f"runs the {lowbit_gemv.kernel_path()} path" in report
+    assert ("no VNNI here" in report) == (lowbit_gemv.kernel_path() in ("avx2", "portable"))
+
+
+@needs_kernel
+@on_x86
+def test_path_report_on_a_cpu_without_vnni(monkeypatch, tmp_path):
+    """An AVX2-only CPU (EPYC Milan's features) builds the avx2 path, and the report says VNNI is absent."""
+    monkeypatch.setattr(lowbit_gemv.hardware, "cpu_info", lambda: {"simd": ["AVX2", "FMA", "F16C"]})
+    assert lowbit_gemv.best_path() == "avx2"
+    lib = lowbit_gemv.open_library(lowbit_gemv.build(out_dir=tmp_path))
+    report = lowbit_gemv.path_report(lib)
+    assert "runs the avx2 path" in report and "vpmaddubsw" in report and "no VNNI here" in report
+    assert "can also run: portable" in report
+
+
+def _measurement(label, median_ms, spread=0.0):
+    times = [median_ms * (1 - spread / 2), median_ms, median_ms * (1 + spread / 2)]
+    return bench.Measurement(label, tuple(t / 1e3 for t in times))
+
+
+@pytest.mark.parametrize("int8_ms, int4_ms, spread, says", [
+    (3.0, 2.0, 0.02, "same speed"),
+    (2.0, 2.0, 0.02, "int8 the avx512-vnni path is faster"),
+    (3.0, 3.0, 0.02, "int4 the avx2 path is faster"),
+    (2.5, 2.0, 0.6, "cannot tell the paths apart"),
+])
+def test_comparison_verdict_follows_the_ratios_and_the_noise(int8_ms, int4_ms, spread, says):
+    medians = {"int8 avx512-vnni": int8_ms, "int8 avx2": 3.0, "int4 avx512-vnni": int4_ms, "int4 avx2": 2.0}
+    measured = {label: _measurement(label, ms, spread) for label, ms in medians.items()}
+    comparison = lowbit_gemv.PathComparison("avx512-vnni", "avx2", measured)
+    assert comparison.precisions == ["int8", "int4"]
+    assert comparison.speedup("int8") == pytest.approx(3.0 / int8_ms)
+    assert says in comparison.verdict() and says in str(comparison)
+
+
+@needs_kernel
+def test_compare_paths_times_this_path_against_avx2(stack):
+    comparison = lowbit_gemv.compare_paths(stack, precisions=("int8",), threads=1, repeats=3)
+    if lowbit_gemv.kernel_path() in ("avx2", "portable"):
+        assert comparison is None  # nothing to compare
+        return
+    assert set(comparison.measurements) == {f"int8 {lowbit_gemv.kernel_path()}", "int8 avx2"}
+    assert comparison.speedup("int8") > 0
+    with pytest.raises(ValueError, match="precisions"):
+        lowbit_gemv.compare_paths(stack, precisions=("int2",))
+    with pytest.raises(ValueError, match="path must be one of"):
+        lowbit_gemv.compare_paths(stack, baseline="sse2")
 
 
 @needs_kernel
@@ -100,7 +218,9 @@ def test_build_is_cached_by_source_and_flags(tmp_path):
     first = lowbit_gemv.build(out_dir=tmp_path)
     stamp = first.stat().st_mtime_ns
     assert lowbit_gemv.build(out_dir=tmp_path) == first and first.stat().st_mtime_ns == stamp
-    assert lowbit_gemv.build(flags=lowbit_gemv.PORTABLE_FLAGS, out_dir=tmp_path) != first
+    assert lowbit_gemv.build(path=lowbit_gemv.best_path(), out_dir=tmp_path) == first  # the default path
+    portable = lowbit_gemv.build(flags=lowbit_gemv.PORTABLE_FLAGS, out_dir=tmp_path)
+    assert (portable == first) == (HERE == ["portable"])
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".so")] == []  # no leftovers
 
 
@@ -133,19 +253,21 @@ def test_missing_compiler_and_failed_build_say_why(monkeypatch, tmp_path):
 
 
 @needs_kernel
-def test_load_falls_back_to_portable_flags(monkeypatch, tmp_path):
+def test_load_falls_back_to_the_next_path_when_the_compiler_refuses(monkeypatch, tmp_path):
     real_build = lowbit_gemv.build
     calls = []
 
-    def build(cc=None, flags=lowbit_gemv.FLAGS, out_dir=None):
-        calls.append(flags)
-        if flags == lowbit_gemv.FLAGS:
-            raise lowbit_gemv.KernelUnavailable("`cc -march=native` failed: unknown target CPU")
-        return real_build(cc, flags, tmp_path)
+    def build(cc=None, flags=None, out_dir=None, *, path=None):
+        calls.append(path)
+        if len(calls) == 1:
+            raise lowbit_gemv.KernelUnavailable(f"`cc {path}` failed: unrecognized command-line option")
+        return real_build(cc, flags, tmp_path, path=path)
 
     monkeypatch.setattr(lowbit_gemv, "build", build)
     lib = lowbit_gemv.load.__wrapped__()
-    assert calls == [lowbit_gemv.FLAGS, lowbit_gemv.PORTABLE_FLAGS] and hasattr(lib, "lowbit_decode_step")
+    if len(HERE) == 1:  # nothing to fall back to
+        return
+    assert calls == HERE[:2] and lowbit_gemv.kernel_path(lib) == HERE[1]
 
 
 def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):

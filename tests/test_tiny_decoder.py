@@ -79,3 +79,31 @@ def test_tokens_per_s_cuda_path_synchronises_on_cpu(model, monkeypatch):
     monkeypatch.setattr(torch, "randint", lambda *a, device=None, **k: real_randint(*a, **k))
     rate, m = td.measure_decode(model, prompt_len=3, new_tokens=3, device="cuda", repeats=1)
     assert rate > 0 and m.device == "cuda" and syncs
+
+
+def test_kv_bytes_read_match_the_cache_tensors(model):
+    with torch.inference_mode():
+        _, caches = model(torch.zeros(1, 7, dtype=torch.long))
+    real = sum(t.numel() * t.element_size() for k, v in caches for t in (k, v))
+    assert td.kv_bytes_read(model, 7) == real
+    with pytest.raises(ValueError, match="context_len"):
+        td.kv_bytes_read(model, -1)
+
+
+@pytest.mark.parametrize("fraction_of_bound, says", [
+    (1.5, "Faster than the bound"),
+    (1.0, "At the bound"),
+    (1 / 2.4, "2.4x below the bound: 58% of each step"),
+])
+def test_bound_report_prints_the_measured_ratio_and_its_meaning(model, fraction_of_bound, says):
+    bound = td.estimated_tokens_per_s(model, 20.0)
+    report = td.bound_report(model, bound * fraction_of_bound, 20.0, context_len=10)
+    assert says in report and f"bound / measured = {1 / fraction_of_bound:.2f}" in report
+    kv_share = td.kv_bytes_read(model, 10) / td.weight_bytes_per_token(model)
+    assert f"{kv_share:.1%} of the weight bytes" in report
+    assert "KV cache" not in td.bound_report(model, bound, 20.0)
+    long = td.bound_report(model, bound, 20.0, context_len=400)  # this small model's KV outgrows its weights
+    short = td.bound_report(model, bound, 20.0, context_len=1)
+    assert "leaves out" in long and "the weights are what" in short
+    with pytest.raises(ValueError, match="measured_tokens_per_s"):
+        td.bound_report(model, 0.0, 20.0)

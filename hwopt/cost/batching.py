@@ -135,6 +135,41 @@ def predicted_latency_ms(params: float, batch_size, peak_flops: float, bandwidth
     return 1e3 * roofline_time_s(2.0 * params * b, params * bytes_per_weight, peak_flops, bandwidth_gbs)
 
 
+def batch1_regime(weight_bytes: float, cache_name: str, cache_bytes: int | None) -> str:
+    """Where repeated batch-1 calls find their weights, from their size against the device's cache
+    (hardware.last_level_cache gives cache_name, cache_bytes): which regime applies, as a sentence."""
+    weight_bytes = _positive_number("weight_bytes", weight_bytes)
+    size = f"The {weight_bytes / 1e6:,.1f} MB of weights"
+    if cache_bytes is None:
+        return (f"{size} against this device's {cache_name}: its size is not known here. If they fit in "
+                "it, repeated batch-1 calls read them from the cache and the memory roof (DRAM GB/s) is "
+                "pessimistic; if not, every call streams them from memory and batch 1 is memory-bound.")
+    cache = f"this device's {cache_name} ({_positive_int('cache_bytes', cache_bytes) / 2**20:,.0f} MiB)"
+    if weight_bytes <= cache_bytes:
+        tight = " (more than half of it: some may be evicted between calls)" \
+            if weight_bytes > cache_bytes / 2 else ""
+        return (f"{size} fit in {cache}{tight}: called again and again at batch 1, they stay there, so "
+                "batch 1 is not limited by DRAM bandwidth. The memory roof (DRAM GB/s) is then pessimistic, "
+                "and what sets batch-1 latency is cache bandwidth and the fixed cost of each call.")
+    return (f"{size} exceed {cache}: every batch-1 call streams them from DRAM, so batch 1 is memory-bound "
+            "(weights / bandwidth) unless fixed per-call costs are larger still.")
+
+
+def batch1_verdict(weight_bytes: float, latency_ms: float, bandwidth_gbs: float) -> str:
+    """What a measured batch-1 latency says: the rate it read its weights at, against the DRAM bandwidth."""
+    weight_bytes = _positive_number("weight_bytes", weight_bytes)
+    achieved_gbs = weight_bytes / _positive_number("latency_ms", latency_ms) / 1e6
+    ratio = achieved_gbs / _positive_number("bandwidth_gbs", bandwidth_gbs)
+    said = (f"batch 1 took {latency_ms:.3f} ms: its weights were read at {achieved_gbs:,.1f} GB/s, "
+            f"{ratio:.2f}x the measured memory bandwidth ({bandwidth_gbs:,.1f} GB/s)")
+    if ratio > 1.1:
+        return f"{said}: faster than memory can deliver, so the weights came from cache."
+    if ratio >= 0.5:
+        return f"{said}: close to the memory roof, so batch 1 is memory-bound here."
+    return (f"{said}: far below the memory roof, so neither memory nor arithmetic sets batch-1 latency "
+            "here but the fixed cost of each call (framework dispatch, threads, kernel launches).")
+
+
 # ---- measuring a real model ------------------------------------------------------------------------------
 
 

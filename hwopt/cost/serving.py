@@ -211,8 +211,8 @@ def serving_explorer(overhead_ms: float, per_item_ms: float, seed: int = 0):
 
     return widgets.explore(
         show,
-        arrival_rate_per_s=widgets.log_slider("arrival rate", one_at_a_time / 10, ceiling, one_at_a_time * 2,
-                                              unit="requests/s"),
+        arrival_rate_per_s=widgets.log_slider("arrival rate", one_at_a_time / 10, ceiling,
+                                              min(2 * one_at_a_time, ceiling), unit="requests/s"),
         max_batch_size=widgets.dropdown("max batch", [2**i for i in range(10)], 32),
         max_wait_ms=widgets.float_slider("max wait", 0.0, max(1.0, 10 * overhead_ms), 2 * overhead_ms,
                                          unit="ms"),

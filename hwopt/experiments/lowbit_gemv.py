@@ -1,8 +1,10 @@
 """A hand-written decode-step kernel (lowbit_gemv.c) at fp32, int8 and int4, built with the system C compiler.
 
 The kernel runs h <- h + h @ B_i over a stack of square layers, the same step as decode.py, with every
-weight read once per step: it is written for the memory-bound case of batch-1 decoding. Build it once per
-machine (well under a second); the shared library is cached by its source and compiler flags.
+weight read once per step: it is written for the memory-bound case of batch-1 decoding. Its int8 and int4
+dot products have one instruction path per x86 SIMD level (PATHS: AVX-512 VNNI, AVX-VNNI, AVX2, plain C);
+the build picks the fastest this CPU runs, from the SIMD features hwopt.machine.hardware reads. Building
+takes well under a second; the shared library is cached by its source, compiler and flags.
 """
 
 from __future__ import annotations
@@ -11,28 +13,80 @@ import ctypes
 import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from hwopt import formats
+from hwopt.machine import bench, hardware
 
 SOURCE = Path(__file__).with_name("lowbit_gemv.c")
-FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-pthread")
-PORTABLE_FLAGS = ("-O3", "-shared", "-fPIC", "-pthread")  # when the compiler rejects -march=native
+BASE_FLAGS = ("-O3", "-shared", "-fPIC", "-pthread")
+PORTABLE_FLAGS = BASE_FLAGS  # the plain C loops: any CPU, any compiler
 # How the kernel stores each precision's weights, as formats names: int8 rows with one fp32 scale per row
 # (negligible: 4 bytes a row), int4 with one fp32 scale per block (lowbit_gemv.c reads blocks of INT4_BLOCK).
 WEIGHT_FORMATS = {"fp32": "fp32", "int8": "int8", "int4": "int4_g32"}
 INT4_BLOCK = formats.get(WEIGHT_FORMATS["int4"]).block  # weights per int4 scale
 ERRORS = {-1: "bad arguments", -2: "out of memory", -3: "a thread could not start"}
+X86_ARCHS = ("x86_64", "amd64", "i386", "i686")
+
+
+@dataclass(frozen=True)
+class KernelPath:
+    """One instruction path of lowbit_gemv.c: the SIMD features it needs (hardware's names), the compiler
+    flags that enable them, and how it multiplies int8 weights by the int8 input."""
+
+    name: str
+    needs: tuple[str, ...]
+    flags: tuple[str, ...]
+    int8_dot: str
+
+
+# Fastest first. lowbit_gemv.c chooses its loops from the compiler's feature macros, which these flags set.
+PATHS = {p.name: p for p in (
+    KernelPath("avx512-vnni", ("AVX2", "FMA", "AVX-512F", "AVX-512 VNNI"),
+               ("-mavx2", "-mfma", "-mavx512f", "-mavx512vnni"),
+               "one vpdpbusd per 64 weights: 64 u8 x s8 products summed straight into 16 int32 lanes "
+               "(the weight made unsigned by adding 128, taken back once per row)"),
+    KernelPath("avx-vnni", ("AVX2", "FMA", "AVX-VNNI"), ("-mavx2", "-mfma", "-mavxvnni"),
+               "vpsignb + one vpdpbusd per 32 weights: 32 u8 x s8 products summed straight into 8 int32 "
+               "lanes"),
+    KernelPath("avx2", ("AVX2", "FMA"), ("-mavx2", "-mfma"),
+               "vpsignb + vpmaddubsw + vpmaddwd + vpaddd per 32 weights: products summed in pairs into "
+               "int16 (which saturates at 32767, so the unsigned side is kept to |x| <= 127), then widened "
+               "to int32"),
+    KernelPath("portable", (), (), "plain C loops (the compiler vectorizes what it can)"),
+)}  # fmt: skip
 
 
 class KernelUnavailable(RuntimeError):
     """The C kernel cannot be built here (no compiler, or the build failed): the message says why."""
+
+
+def runnable_paths(simd=None, arch: str | None = None) -> list[str]:
+    """Names of the PATHS this CPU can run, fastest first ('portable' last); default: this machine's SIMD
+    features (hardware.cpu_info) and architecture."""
+    simd = set(hardware.cpu_info()["simd"] if simd is None else simd)
+    x86 = (platform.machine() if arch is None else arch).lower() in X86_ARCHS
+    return [p.name for p in PATHS.values() if not p.needs or (x86 and set(p.needs) <= simd)]
+
+
+def best_path(simd=None, arch: str | None = None) -> str:
+    """The fastest path this CPU runs: what build() and load() use by default."""
+    return runnable_paths(simd, arch)[0]
+
+
+def path_flags(path: str) -> tuple[str, ...]:
+    """Compiler flags that build `path` (a key of PATHS)."""
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {list(PATHS)}; got {path!r}")
+    return BASE_FLAGS + PATHS[path].flags
 
 
 def cache_dir() -> Path:
@@ -52,8 +106,16 @@ def find_compiler(cc: str | None = None) -> str:
     raise KernelUnavailable(f"no C compiler found (tried {', '.join(names)}): install gcc or clang")
 
 
-def build(cc: str | None = None, flags: tuple[str, ...] = FLAGS, out_dir: Path | None = None) -> Path:
-    """Compile lowbit_gemv.c into a shared library (cached by source, compiler and flags); its path."""
+def build(cc: str | None = None, flags: tuple[str, ...] | None = None, out_dir: Path | None = None, *,
+          path: str | None = None) -> Path:
+    """Compile lowbit_gemv.c into a shared library (cached by source, compiler and flags); its file.
+
+    flags: the compiler flags, or path: a key of PATHS (default: best_path(), the fastest this CPU runs).
+    A path this CPU cannot run still builds (to check that it compiles); open_library refuses to load it.
+    """
+    if flags is not None and path is not None:
+        raise ValueError("give flags or path, not both")
+    flags = tuple(flags) if flags is not None else path_flags(path or best_path())
     compiler = find_compiler(cc)
     key = hashlib.sha256(SOURCE.read_bytes() + "\0".join((compiler, *flags)).encode()).hexdigest()[:16]
     out_dir = Path(out_dir) if out_dir is not None else cache_dir()
@@ -72,25 +134,42 @@ def build(cc: str | None = None, flags: tuple[str, ...] = FLAGS, out_dir: Path |
 
 
 @functools.cache
-def load(cc: str | None = None) -> ctypes.CDLL:
-    """The built kernel, loaded (built first if needed; plain -O3 if -march=native is refused)."""
-    try:
-        path = build(cc)
-    except KernelUnavailable as native_error:
-        if "no C compiler" in str(native_error):
-            raise
-        path = build(cc, PORTABLE_FLAGS)
-    return open_library(path)
+def load(cc: str | None = None, path: str | None = None) -> ctypes.CDLL:
+    """The built kernel, loaded (built first if needed): `path`, by default the fastest this CPU runs; when
+    the compiler rejects a path's flags (too old for them), the next one this CPU runs."""
+    candidates = runnable_paths()
+    if path is not None:
+        path_flags(path)  # a known path
+        candidates = candidates[candidates.index(path):] if path in candidates else [path]
+    for i, name in enumerate(candidates):
+        try:
+            return open_library(build(cc, path=name))
+        except KernelUnavailable as error:
+            if "no C compiler" in str(error) or i == len(candidates) - 1:
+                raise
+    raise AssertionError("unreachable: 'portable' is always a candidate")
 
 
 def open_library(path: Path) -> ctypes.CDLL:
-    """Load a built kernel and declare its function's C signature."""
+    """Load a built kernel and declare its functions' C signatures; KernelUnavailable when it was built for
+    an instruction path this CPU cannot run (it would die on an illegal instruction)."""
     lib = ctypes.CDLL(str(path))
     lib.lowbit_decode_step.restype = ctypes.c_int
     lib.lowbit_decode_step.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_void_p,
                                        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                        ctypes.c_int]
+    lib.lowbit_kernel_path.restype = ctypes.c_char_p
+    lib.lowbit_kernel_path.argtypes = []
+    built = kernel_path(lib)
+    if built not in runnable_paths():
+        raise KernelUnavailable(f"{path.name} was built for the {built} path, which this CPU cannot run "
+                                f"(it runs {', '.join(runnable_paths())})")
     return lib
+
+
+def kernel_path(lib: ctypes.CDLL | None = None) -> str:
+    """The instruction path a loaded kernel runs, as it reports itself (default: load(), this machine's)."""
+    return (load() if lib is None else lib).lowbit_kernel_path().decode()
 
 
 def unavailable_reason() -> str | None:
@@ -100,6 +179,22 @@ def unavailable_reason() -> str | None:
     except (KernelUnavailable, OSError) as error:
         return str(error)
     return None
+
+
+def path_report(lib: ctypes.CDLL | None = None) -> str:
+    """Which path this machine's kernel was built with, how it multiplies int8 numbers, and the other paths
+    this CPU could run (for lesson 2)."""
+    built = kernel_path(lib)
+    simd = [f for f in hardware.cpu_info()["simd"] if any(f in p.needs for p in PATHS.values())]
+    lines = [f"this CPU's SIMD features the kernel can use: {', '.join(simd) or 'none'}",
+             f"the C kernel here runs the {built} path: {PATHS[built].int8_dot}"]
+    others = [p for p in runnable_paths() if p != built]
+    if others:
+        lines.append(f"this CPU can also run: {', '.join(others)}")
+    if built in ("avx2", "portable"):
+        lines.append("no VNNI here: on a CPU with AVX-512 VNNI or AVX-VNNI the same kernel builds the "
+                     "one-instruction vpdpbusd path instead")
+    return "\n".join(lines)
 
 
 # ---- weight layouts (w is (K, N) as in h @ w; the kernel reads rows of w.T) -----------------------------
@@ -128,11 +223,13 @@ def _deinterleave(grouped: np.ndarray) -> np.ndarray:
 def quantize_int8_rows(w) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric int8 per output channel: q (N/4, K/32, 4, 32) int8 in -127..127 (rows interleaved in groups
     of 4) and scale (N,); w.T ~= rows of q * scale."""
-    rows = np.ascontiguousarray(_square(w).T)
-    scale = np.abs(rows).max(axis=1) / 127
+    w = _square(w)
+    scale = np.abs(w).max(axis=0) / 127  # per column of w: the output channels (computed in place below)
     scale[scale == 0] = 1.0
-    q = np.clip(np.rint(rows / scale[:, None]), -127, 127).astype(np.int8)
-    return _interleave(q), scale.astype(np.float32)
+    q = w / scale
+    np.rint(q, out=q)
+    np.clip(q, -127, 127, out=q)
+    return _interleave(q.astype(np.int8).T), scale.astype(np.float32)
 
 
 def dequantize_int8_rows(q: np.ndarray, scale: np.ndarray) -> np.ndarray:
@@ -146,16 +243,20 @@ def quantize_int4_rows(w) -> tuple[np.ndarray, np.ndarray]:
     A row's 64 weights take 32 bytes: byte j holds weight j (low nibble) and j + 32 (high), each as w + 8.
     Rows are interleaved in groups of 4, and so are their block scales.
     """
-    rows = np.ascontiguousarray(_square(w).T)
-    n, k = rows.shape
-    blocks = rows.reshape(n, k // INT4_BLOCK, INT4_BLOCK)
-    scale = np.abs(blocks).max(axis=2) / 7
+    w = _square(w)
+    k, n = w.shape
+    blocks = w.reshape(k // INT4_BLOCK, INT4_BLOCK, n)  # blocks run down the columns (output channels)
+    scale = np.abs(blocks).max(axis=1) / 7  # (K/32, N)
     scale[scale == 0] = 1.0
-    nibbles = (np.clip(np.rint(blocks / scale[..., None]), -8, 7) + 8).astype(np.uint8)
-    nibbles = nibbles.reshape(n, k // 64, 64)
-    packed = (nibbles[..., :32] | (nibbles[..., 32:] << 4)).reshape(n, k // 2)
-    grouped_scale = scale.astype(np.float32).reshape(n // 4, 4, -1).transpose(0, 2, 1)
-    return _interleave(packed), np.ascontiguousarray(grouped_scale)
+    levels = blocks / scale[:, None, :]
+    np.rint(levels, out=levels)
+    np.clip(levels, -8, 7, out=levels)
+    levels += 8
+    nibbles = levels.astype(np.uint8).reshape(k // 64, 2, INT4_BLOCK, n)  # (piece of 64, half, j, channel)
+    packed = nibbles[:, 0] | (nibbles[:, 1] << 4)  # (K/64, 32, N)
+    rows = packed.transpose(2, 0, 1).reshape(n, k // 2)
+    grouped_scale = scale.astype(np.float32).T.reshape(n // 4, 4, -1).transpose(0, 2, 1)
+    return _interleave(rows), np.ascontiguousarray(grouped_scale)
 
 
 def dequantize_int4_rows(packed: np.ndarray, scale: np.ndarray) -> np.ndarray:
@@ -211,13 +312,18 @@ def step_fn(stack, precision: str, threads: int | None = None, lib: ctypes.CDLL 
     hwopt.experiments.decode.make_stack(). threads: worker threads (default: torch's intra-op thread count).
     lib: a library from open_library (default: load(), built for this machine).
     """
+    return _bind(stack, precision, _prepare(stack, precision), threads, lib)
+
+
+def _bind(stack, precision: str, prepared, threads: int | None, lib: ctypes.CDLL | None
+          ) -> Callable[[], np.ndarray]:
+    """step_fn on weights already laid out by _prepare (so several libraries can share them)."""
     if threads is None:
         import torch
 
         threads = torch.get_num_threads()
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive integer; got {threads!r}")
-    prepared = _prepare(stack, precision)
     lib = load() if lib is None else lib
     d = stack.layers[0].shape[0]
     x = np.ascontiguousarray(stack.x, dtype=np.float32)
@@ -235,3 +341,83 @@ def step_fn(stack, precision: str, threads: int | None = None, lib: ctypes.CDLL 
 
     step.prepared = prepared  # keeps the arrays the pointers refer to alive
     return step
+
+
+# ---- this machine's path against the AVX2 one, on the same weights -----------------------------------------
+
+SAME_SPEED = 0.10  # a ratio within 1 +- this (or within the timing spread, if wider) is no difference
+
+
+@dataclass(frozen=True)
+class PathComparison:
+    """The step timed on two kernel paths in one interleaved run: measurements {"<precision> <path>": ...}."""
+
+    built: str
+    baseline: str
+    measurements: dict[str, bench.Measurement]
+
+    @property
+    def precisions(self) -> list[str]:
+        """The precisions timed."""
+        return list(dict.fromkeys(label.split()[0] for label in self.measurements))
+
+    def speedup(self, precision: str) -> float:
+        """How many times faster the built path runs the step than the baseline path, at precision."""
+        return bench.speedup(self.measurements[f"{precision} {self.baseline}"],
+                             self.measurements[f"{precision} {self.built}"])
+
+    def verdict(self) -> str:
+        """What the ratios say: do fewer instructions per weight make the step faster on this machine?"""
+        ratios = {p: self.speedup(p) for p in self.precisions}
+        said = ", ".join(f"{p} {r:.2f}x" for p, r in ratios.items())
+        margin = {p: max(SAME_SPEED, *(self.measurements[f"{p} {path}"].relative_iqr
+                                       for path in (self.built, self.baseline))) for p in ratios}
+        faster = [p for p, r in ratios.items() if r > 1 + margin[p]]
+        slower = [p for p, r in ratios.items() if r < 1 / (1 + margin[p])]
+        built, baseline = self.built, self.baseline
+        lines = [f"{built} vs {baseline} on the same weights, in one run: {said}"]
+        if faster:
+            lines.append(f"At {' and '.join(faster)} the {built} path is faster: with the {baseline} "
+                         "instructions the kernel was limited by how many instructions it could issue, not "
+                         "by memory alone; one vpdpbusd per group of products lifts that limit.")
+        if slower:
+            lines.append(f"At {' and '.join(slower)} the {baseline} path is faster here: on this CPU the "
+                         f"{built} loop costs more than it saves (some CPUs lower their clock for 512-bit "
+                         "code).")
+        same = [p for p in ratios if p not in faster + slower]
+        spread = max((margin[p] for p in same), default=0.0)
+        if same and spread > SAME_SPEED:
+            lines.append(f"At {' and '.join(same)} the timing spread ({spread:.0%}) is larger than the "
+                         "difference: these runs cannot tell the paths apart (rerun when the machine is "
+                         "quieter).")
+        elif same:
+            lines.append(f"At {' and '.join(same)} both paths run at the same speed (within "
+                         f"{SAME_SPEED:.0%}): the step waits on memory, so fewer instructions per weight do "
+                         "not show. VNNI pays where instructions are the limit: weights already in cache, or "
+                         "one core that must keep up with the memory on its own.")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        rows = [f"{label:24s} {m.median_ms:8.3f} ms/step (IQR {m.iqr_ms:.3f})"
+                for label, m in self.measurements.items()]
+        return "\n".join([*rows, self.verdict()])
+
+
+def compare_paths(stack, baseline: str = "avx2", precisions=("int8", "int4"), threads: int | None = None,
+                  repeats: int = 10) -> PathComparison | None:
+    """Time the step at each precision on this machine's path and on `baseline`, interleaved (A B A B ...);
+    None when there is nothing to compare (this machine builds the baseline path, or cannot run it)."""
+    path_flags(baseline)  # a known path
+    built = kernel_path()
+    if baseline not in runnable_paths() or baseline == built:
+        return None
+    for precision in precisions:
+        if precision not in WEIGHT_FORMATS:
+            raise ValueError(f"precisions must be among {sorted(WEIGHT_FORMATS)}; got {precision!r}")
+    libs = {built: load(), baseline: load(path=baseline)}
+    fns = {}
+    for precision in precisions:
+        prepared = _prepare(stack, precision)  # one copy of the weights, read by both paths
+        fns.update({f"{precision} {name}": _bind(stack, precision, prepared, threads, lib)
+                    for name, lib in libs.items()})
+    return PathComparison(built, baseline, bench.compare(fns, repeats=repeats))

@@ -134,3 +134,49 @@ def estimated_tokens_per_s(model: TinyDecoder, bandwidth_gbs: float) -> float:
     if not math.isfinite(bandwidth_gbs) or bandwidth_gbs <= 0:
         raise ValueError(f"bandwidth_gbs must be a positive number; got {bandwidth_gbs!r}")
     return bandwidth_gbs * 1e9 / weight_bytes_per_token(model)
+
+
+def kv_bytes_read(model: TinyDecoder, context_len: int) -> int:
+    """Bytes of K and V one decode step reads at context_len past tokens: 2 x layers x context x d_model x
+    bytes per element (every head keeps its own K and V here)."""
+    if isinstance(context_len, bool) or not isinstance(context_len, int) or context_len < 0:
+        raise ValueError(f"context_len must be an integer >= 0; got {context_len!r}")
+    element = next(model.parameters()).element_size()
+    return 2 * len(model.blocks) * context_len * model.tok.embedding_dim * element
+
+
+def bound_report(model: TinyDecoder, measured_tokens_per_s: float, bandwidth_gbs: float,
+                 context_len: int = 0) -> str:
+    """The measured decode rate against its bandwidth bound: the ratio, and what it means (lesson 2).
+
+    context_len: the longest context of the measured steps (the K and V of every past token are read too).
+    """
+    if not math.isfinite(measured_tokens_per_s) or measured_tokens_per_s <= 0:
+        raise ValueError(f"measured_tokens_per_s must be a positive number; got {measured_tokens_per_s!r}")
+    bound = estimated_tokens_per_s(model, bandwidth_gbs)
+    weights = weight_bytes_per_token(model)
+    ratio = bound / measured_tokens_per_s
+    streamed_gbs = weights * measured_tokens_per_s / 1e9
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    lines = [f"{weights / 1e6:,.0f} MB of {dtype} weights per token; the bound at "
+             f"{bandwidth_gbs:,.1f} GB/s is {bound:,.0f} tokens/s, measured {measured_tokens_per_s:,.0f} "
+             f"tokens/s: bound / measured = {ratio:.2f} (the weights streamed at {streamed_gbs:,.1f} GB/s, "
+             f"{streamed_gbs / bandwidth_gbs:.0%} of the bandwidth)"]
+    if context_len:
+        kv = kv_bytes_read(model, context_len)
+        meaning = ("the weights are what this step reads" if kv < 0.1 * weights else
+                   "a real share of the bytes read, which the bound (weights only) leaves out")
+        lines.append(f"the KV cache at {context_len} tokens of context adds {kv / 1e6:,.2f} MB per token, "
+                     f"{kv / weights:.1%} of the weight bytes: {meaning}")
+    if ratio < 0.9:
+        lines.append("Faster than the bound: some of the weights were read from a cache rather than memory, "
+                     "or the bandwidth probe measured low.")
+    elif ratio <= 1.25:
+        lines.append("At the bound: decoding here is memory-bound, as predicted, and only fewer bytes per "
+                     "token would make it faster.")
+    else:
+        lines.append(f"{ratio:.1f}x below the bound: {1 - 1 / ratio:.0%} of each step goes to something "
+                     "other than reading weights at full bandwidth: one framework call per layer with its "
+                     "own overhead, attention and normalization on single vectors, and GEMVs that may not "
+                     "use every core. The bound is what a kernel with none of that would reach.")
+    return "\n".join(lines)

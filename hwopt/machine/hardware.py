@@ -234,6 +234,26 @@ def mps_available() -> bool:
         return False
 
 
+def last_level_cache(device="cpu") -> tuple[str, int | None]:
+    """The largest cache a device's kernels read weights through: (its name, its size in bytes or None when
+    unknown). "cpu": the CPU's last-level cache (probe.last_level_cache_bytes); "cuda"/"cuda:N": that GPU's
+    L2; "mps": Apple's system-level cache, whose size torch does not report."""
+    name = str(device).strip().lower()
+    kind, _, index = name.partition(":")
+    if kind == "cpu" and not index:
+        from hwopt.machine import probe
+
+        return "last-level cache", probe.last_level_cache_bytes()
+    if kind == "cuda" and (not index or index.isdigit()):
+        import torch
+
+        size = getattr(torch.cuda.get_device_properties(int(index or 0)), "L2_cache_size", None)
+        return "L2 cache", int(size) if size else None
+    if kind == "mps" and not index:
+        return "system-level cache", None
+    raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'mps' (a resolved device); got {device!r}")
+
+
 def torch_info() -> dict:
     """torch version, intra-op threads and the CPU kernels' capability (None values without torch)."""
     try:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hwopt import plots
+from hwopt import arguments, plots
 
 BYTES_PER_WEIGHT: dict[str, float] = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "int8": 1.0, "int4": 0.5}
 # Which spec-sheet peak a precision runs at, best first; a chip without that peak falls back to the next.
@@ -52,27 +52,19 @@ def peak_flops(chip, precision: str = "fp32") -> float | None:
     return None
 
 
-def _positive(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating) or (
-        not math.isfinite(value) or value <= 0
-    ):
-        raise ValueError(f"{name} must be a positive finite number; got {value!r}")
-    return float(value)
-
-
 def roofline_time_s(flop: float, bytes_moved: float, peak_flops_per_s: float, bandwidth_gbs: float) -> float:
     """Roofline time (s) of work doing `flop` FLOP and moving `bytes_moved` bytes: max(compute, memory)."""
-    if flop < 0 or bytes_moved < 0:
-        raise ValueError(f"flop and bytes_moved must be >= 0; got {flop!r}, {bytes_moved!r}")
-    peak = _positive("peak_flops_per_s", peak_flops_per_s)
-    bandwidth = _positive("bandwidth_gbs", bandwidth_gbs)
+    flop = arguments.positive("flop", flop, allow_zero=True)
+    bytes_moved = arguments.positive("bytes_moved", bytes_moved, allow_zero=True)
+    peak = arguments.positive("peak_flops_per_s", peak_flops_per_s)
+    bandwidth = arguments.positive("bandwidth_gbs", bandwidth_gbs)
     return max(flop / peak, bytes_moved / (bandwidth * 1e9))
 
 
 def cost_per_million_usd(seconds_per_inference: float, price_per_hour_usd: float) -> float:
     """Dollars for 1,000,000 inferences at seconds_per_inference each on a chip at price_per_hour_usd."""
-    seconds = _positive("seconds_per_inference", seconds_per_inference)
-    price = _positive("price_per_hour_usd", price_per_hour_usd)
+    seconds = arguments.positive("seconds_per_inference", seconds_per_inference)
+    price = arguments.positive("price_per_hour_usd", price_per_hour_usd)
     return seconds * 1e6 * price / 3600.0
 
 
@@ -98,14 +90,10 @@ def estimate(params: float, batch_size: int = 1, precision: str = "fp32", chips:
     Chips without a price are kept (cost None) and sorted last; so are chips too small to hold the weights.
     Chips with no listed peak for the precision (or a wider one) are left out.
     """
-    params = _positive("params", params)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer; got {batch_size!r}")
+    params = arguments.positive("params", params)
+    batch_size = arguments.count("batch_size", batch_size, "batch")
     precision = check_precision(precision)
-    if chips is None:
-        from hwopt.machine import specs
-
-        chips = specs.load_chips()
+    chips = _chips(chips)
     weight_bytes = params * BYTES_PER_WEIGHT[precision]
     flop = 2.0 * params * batch_size
     rows = []
@@ -135,8 +123,28 @@ def estimate(params: float, batch_size: int = 1, precision: str = "fp32", chips:
     return rows
 
 
+def _chips(chips) -> list:
+    """The chip table (None), or the given list of specs.Chip rows, checked."""
+    from hwopt.machine import specs
+
+    if chips is None:
+        return specs.load_chips()
+    arguments.instance("chips", chips, (list, tuple))
+    for i, chip in enumerate(chips):
+        arguments.instance(f"chips[{i}]", chip, specs.Chip)
+    return list(chips)
+
+
+def _estimates(estimates) -> list[ChipEstimate]:
+    arguments.instance("estimates", estimates, (list, tuple))
+    for i, e in enumerate(estimates):
+        arguments.instance(f"estimates[{i}]", e, ChipEstimate)
+    return list(estimates)
+
+
 def best_chip(estimates: Sequence[ChipEstimate]) -> ChipEstimate | None:
     """The cheapest chip per 1M inferences among those with a price that can hold the model (None if none)."""
+    estimates = _estimates(estimates)
     priced = [e for e in estimates if e.cost_per_million_usd is not None]
     return min(priced, key=lambda e: e.cost_per_million_usd) if priced else None
 
@@ -144,6 +152,7 @@ def best_chip(estimates: Sequence[ChipEstimate]) -> ChipEstimate | None:
 def cost_report(params: float, batch_size: int = 1, precision: str = "fp32", chips: Sequence | None = None,
                 top: int = 6) -> str:
     """A short text table of the cheapest chips for a workload (the lesson's slider callback)."""
+    top = arguments.count("top", top, "items")
     rows = estimate(params, batch_size, precision, chips)
     best = best_chip(rows)
     lines = [f"{params / 1e6:,.0f}M params, batch {batch_size}, {precision} "
@@ -161,7 +170,7 @@ def plot_costs(estimates: Sequence[ChipEstimate], ax=None, title: str | None = N
     """Bars of USD per 1M inferences per priced chip (log scale), cheapest highlighted; returns the Figure."""
     from matplotlib import ticker
 
-    priced = [e for e in estimates if e.cost_per_million_usd is not None]
+    priced = [e for e in _estimates(estimates) if e.cost_per_million_usd is not None]
     if not priced:
         raise ValueError("estimates must contain at least one chip with a price that fits the model")
     best = best_chip(priced)
@@ -187,10 +196,8 @@ KIND_MARKERS = {"cpu": "s", "gpu": "o", "tpu": "^", "accelerator": "D"}
 
 def chip_rows(chips: Sequence | None = None, precision: str = "fp16") -> list[dict]:
     """Per chip: name, kind, peak FLOP/s at precision (with fallback), bandwidth GB/s, ridge FLOP/byte."""
-    if chips is None:
-        from hwopt.machine import specs
-
-        chips = specs.load_chips()
+    chips = _chips(chips)
+    precision = check_precision(precision)
     rows = []
     for c in chips:
         peak = peak_flops(c, precision)
@@ -220,6 +227,15 @@ def plot_chip_map(chips: Sequence | None = None, precision: str = "fp16", machin
     rows = chip_rows(chips, precision)
     if not rows:
         raise ValueError("chips must contain at least one chip with a peak and a bandwidth")
+    if machine is not None:
+        arguments.instance("machine", machine, (tuple, list))
+        if len(machine) not in (2, 3):
+            raise ValueError(f"machine must be (bandwidth_gbs, flops) or (bandwidth_gbs, flops, label); "
+                             f"got {machine!r}")
+        arguments.positive("machine bandwidth_gbs", machine[0])
+        arguments.positive("machine flops", machine[1])
+        if len(machine) == 3:
+            arguments.text("machine label", machine[2])
     ax = plots.axes("memory bandwidth (GB/s)", f"peak {precision} (TFLOP/s; fp32 where not listed)",
                     logx=True, logy=True, ax=ax, figsize=(8.0, 5.5))
     kinds = list(dict.fromkeys(r["kind"] for r in rows))
@@ -233,8 +249,6 @@ def plot_chip_map(chips: Sequence | None = None, precision: str = "fp16", machin
     xs = [r["bandwidth_gbs"] for r in rows]
     if machine is not None:
         bw, flops, *label = machine
-        _positive("machine bandwidth_gbs", bw)
-        _positive("machine flops", flops)
         ax.scatter([bw], [flops / 1e12], marker="*", s=250, color=plots.color(7), zorder=5,
                    label=label[0] if label else "this machine (measured)")
         xs.append(bw)
@@ -257,10 +271,7 @@ def cost_explorer(chips: Sequence | None = None):
     """Sliders (parameters, batch size, precision) -> the cost table and bars, cheapest chip highlighted."""
     from hwopt import widgets
 
-    if chips is None:
-        from hwopt.machine import specs
-
-        chips = specs.load_chips()
+    chips = _chips(chips)
 
     def show(params, batch_size, precision):
         rows = estimate(params, batch_size, precision, chips)

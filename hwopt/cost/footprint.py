@@ -250,7 +250,7 @@ def max_batch_size(
 
 
 def oom_fix(
-    shape: ModelShape, batch_size: int, seq_len: int, memory_gb: float, precision: str = "fp16"
+    shape: ModelShape, batch_size: int, seq_len: int, memory_gb: float, precision: str | int = "fp16"
 ) -> str:
     """One sentence: does it fit, and if not, which change (flash attention, precision, batch) fixes it."""
     arguments.positive("memory_gb", memory_gb)
@@ -280,7 +280,7 @@ def plot_memory(
     shape: ModelShape,
     batch_size: int,
     seq_len: int,
-    precision: str,
+    precision: str | int,
     memory_gb: float,
     naive_attention: bool = True,
     ax=None,

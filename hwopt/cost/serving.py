@@ -102,6 +102,8 @@ def simulate_dynamic_batching(arrival_rate_per_s: float, max_batch_size: int, ma
 def plot_latency_histogram(stats: ServingStats, ax=None, *, label: str | None = None):
     """Histogram of request latencies (ms) with p50 and p99 marked; returns the Figure."""
     arguments.instance("stats", stats, ServingStats)
+    if label is not None:
+        arguments.text("label", label, allow_empty=True)
     ax = plots.axes("latency (ms)", "requests", ax=ax, title=label)
     ax.hist(stats.latencies_ms, bins=40, color=plots.color(0), alpha=0.7)
     ax.axvline(stats.p50_ms, color=plots.color(2), label=f"p50 {stats.p50_ms:.1f} ms")

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
+from hwopt import arguments
 from hwopt.cost import roofline
 
 CHIPS_CSV = Path(__file__).resolve().parents[2] / "data" / "chips.csv"
@@ -85,6 +86,8 @@ class Chip:
 
     def ceiling(self, dtype="float32", label: str | None = None) -> roofline.Ceiling:
         """This chip's spec-sheet roof for dtype, ready for roofline.plot_roofline."""
+        if label is not None:
+            arguments.text("label", label)
         return roofline.Ceiling(label or f"{self.name} {canonical_dtype(dtype)} (spec)",
                                 self.peak_flops(dtype), self.bandwidth_gbs)
 
@@ -137,7 +140,7 @@ def _load(path: str) -> tuple[Chip, ...]:
 
 def load_chips(path=None) -> list[Chip]:
     """All chips of the table (data/chips.csv next to the package, or the CSV at path)."""
-    path = Path(path) if path is not None else CHIPS_CSV
+    path = Path(arguments.instance("path", path, (str, Path))) if path is not None else CHIPS_CSV
     if not path.is_file():
         raise ValueError(f"path must be a chip table CSV; {str(path)!r} does not exist")
     return list(_load(str(path.resolve())))
@@ -150,8 +153,7 @@ def _key(text: str) -> str:
 
 def get_chip(name: str, path=None) -> Chip:
     """The chip called name (case, spaces and dashes ignored; vendor optional, e.g. 'h100 sxm', 'TPU v5e')."""
-    if not isinstance(name, str) or not name.strip():
-        raise ValueError(f"name must be a chip name such as 'NVIDIA T4'; got {name!r}")
+    arguments.text("name", name)
     chips = load_chips(path)
     key = _key(name)
     exact = [c for c in chips if key in (_key(c.name), _key(c.name.removeprefix(c.vendor)))]
@@ -182,14 +184,9 @@ def closest_chips(bandwidth_gbs: float, flops: float | None = None, n: int = 3, 
     Distance = sqrt(log10(bw ratio)^2 + log10(flops ratio)^2); 0.3 means about 2x away. Without flops only
     bandwidth counts; with flops, chips that give no peak for dtype are skipped.
     """
-    for arg, value in (("bandwidth_gbs", bandwidth_gbs), ("flops", flops)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                  or not math.isfinite(value) or value <= 0):
-            raise ValueError(f"{arg} must be a positive number; got {value!r}")
-    if bandwidth_gbs is None:
-        raise ValueError("bandwidth_gbs must be a positive number; got None")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive integer; got {n!r}")
+    bandwidth_gbs = arguments.positive("bandwidth_gbs", bandwidth_gbs)
+    flops = None if flops is None else arguments.positive("flops", flops)
+    n = arguments.count("n", n, "items")
     canonical_dtype(dtype)
     scored = []
     for chip in load_chips(path):
@@ -205,6 +202,11 @@ def closest_chips(bandwidth_gbs: float, flops: float | None = None, n: int = 3, 
 
 def table(chips=None, dtype="float32") -> list[dict]:
     """Rows for display: name, kind, peak TFLOPS for dtype, GB/s, ridge FLOP/byte, USD per chip-hour."""
+    canonical_dtype(dtype)
+    if chips is not None:
+        arguments.instance("chips", chips, (list, tuple))
+        for i, chip in enumerate(chips):
+            arguments.instance(f"chips[{i}]", chip, Chip)
     rows = []
     for c in load_chips() if chips is None else chips:
         has = c.has_dtype(dtype)

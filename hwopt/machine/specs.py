@@ -163,11 +163,11 @@ def get_chip(name: str, path=None) -> Chip:
     if len(partial) == 1:
         return partial[0]
     if partial:
-        raise ValueError(f"chip {name!r} is ambiguous; did you mean: {', '.join(c.name for c in partial)}")
+        raise ValueError(f"name {name!r} is ambiguous; did you mean: {', '.join(c.name for c in partial)}")
     close = difflib.get_close_matches(key, {_key(c.name): c.name for c in chips}, n=5, cutoff=0.4)
     by_key = {_key(c.name): c.name for c in chips}
     hint = ", ".join(by_key[k] for k in close) or ", ".join(c.name for c in chips[:5]) + ", ..."
-    raise ValueError(f"unknown chip {name!r}; did you mean: {hint}")
+    raise ValueError(f"name {name!r} is no chip in the table; did you mean: {hint}")
 
 
 def chips_by_kind(kind: str, path=None) -> list[Chip]:

@@ -172,13 +172,11 @@ def finite_array(name: str, array, *, ndim: int | None = None, integer: bool = F
     if maximum is not None:
         expectation += f"{' and' if minimum is not None else ''} at most {_number_text(maximum)}"
     if _is_tensor(array):
-        values = array.detach()
-        if values.dtype.is_complex or str(values.dtype) == "torch.bool" or (
-                integer and values.is_floating_point()):
-            _fail(name, expectation, array, f"a tensor of {values.dtype}")
-        values = values.double() if values.is_floating_point() else values.long()
-        shape, result = tuple(values.shape), array
-        check = values.cpu().numpy()
+        result = array
+        floating = array.is_floating_point()
+        if array.dtype.is_complex or str(array.dtype) == "torch.bool" or (integer and floating):
+            _fail(name, expectation, array, f"a tensor of {array.dtype}")
+        shape, size = tuple(array.shape), array.numel()
     else:
         scalar_given = _is_number(array, False) and ndim not in (None, 0)
         if isinstance(array, str | bytes | dict) or array is None or scalar_given:
@@ -189,24 +187,42 @@ def finite_array(name: str, array, *, ndim: int | None = None, integer: bool = F
             result = np.asarray(array)
         except (TypeError, ValueError):  # ragged lists, objects
             _fail(name, expectation, array)
-        ok_kinds = "iu" if integer else "iuf"
-        if result.dtype.kind not in ok_kinds and result.size:
+        if result.dtype.kind not in ("iu" if integer else "iuf") and result.size:
             _fail(name, expectation, array, f"an array of {result.dtype}")
-        shape, check = result.shape, result
+        shape, size, floating = result.shape, result.size, result.dtype.kind == "f"
     if ndim is not None and len(shape) != ndim:
         _fail(name, expectation, array, f"shape {shape}")
-    if check.size == 0 and not allow_empty:
-        _fail(name, "non-empty, " + expectation, array, "no values")
-    bad = ~np.isfinite(check) if check.dtype.kind == "f" else np.zeros(check.shape, dtype=bool)
-    if minimum is not None:
-        bad |= (check <= minimum) if strict else (check < minimum)
-    if maximum is not None:
-        bad |= check > maximum
-    if bad.any():
+    if size == 0:
+        if not allow_empty:
+            _fail(name, "non-empty, " + expectation, array, "no values")
+        return result
+    if not _all_within(result, floating, minimum, strict, maximum):
+        check = np.asarray(result.detach().cpu().double()) if _is_tensor(result) else result
+        bad = ~np.isfinite(check) if floating else np.zeros(check.shape, dtype=bool)
+        if minimum is not None:
+            bad |= (check <= minimum) if strict else (check < minimum)
+        if maximum is not None:
+            bad |= check > maximum
         where = tuple(int(i) for i in np.argwhere(bad)[0])
         index = f" at index {where[0] if len(where) == 1 else where}" if where else ""
         _fail(name, expectation, array, f"{check[where].item()!r}{index}")
     return result
+
+
+def _all_within(values, floating: bool, minimum, strict: bool, maximum) -> bool:
+    """Whether every value is finite and within the bounds, in a few passes that allocate no mask."""
+    tensor = _is_tensor(values)
+    if floating:
+        total = values.detach().sum() if tensor else values.sum()
+        if not math.isfinite(float(total)):  # NaN or inf inside, or finite values too large to add up
+            finite = values.isfinite().all() if tensor else np.isfinite(values).all()
+            if not bool(finite):
+                return False
+    if minimum is not None:
+        low = float(values.min())
+        if low < minimum or (strict and low == minimum):
+            return False
+    return maximum is None or float(values.max()) <= maximum
 
 
 def _is_tensor(value) -> bool:

@@ -30,6 +30,7 @@ LIMITS: dict[str, int | float] = {
     "seed": 2**32 - 1,  # random seeds (every generator of numpy and torch takes 0 .. 2**32 - 1)
     "seconds": 3_600.0,  # a duration the toolkit sleeps, waits or measures for
     "megabytes": float(1 << 20),  # an array the toolkit allocates, MB (1 TB)
+    "learning_rate": 10.0,  # an optimizer's step size (beyond this, training only diverges)
 }
 
 _REPR = reprlib.Repr()
@@ -95,6 +96,11 @@ def count(name: str, value, kind: str, *, minimum: int = 1) -> int:
     return _number(name, value, expectation, integer=True, low=minimum, high=limit)
 
 
+def number(name: str, value, *, integer: bool = False):
+    """A finite number of any sign (an int if `integer`)."""
+    return _number(name, value, "a finite integer" if integer else "a finite number", integer=integer)
+
+
 def between(name: str, value, low: float, high: float, *, integer: bool = False):
     """A finite number (an integer if `integer`) with low <= value <= high."""
     kind = "an integer" if integer else "a number"
@@ -158,6 +164,17 @@ def precision(name: str, value, supported: Collection[str] | None = None) -> str
     if supported is not None and fmt not in supported:
         _fail(name, "one of " + ", ".join(supported) + " here", value)
     return fmt
+
+
+def named(name: str, check, value):
+    """check(value), a ValueError it raises told as one about `name` (a check written for another argument,
+    e.g. a precision checker applied to kv_precision)."""
+    try:
+        return check(value)
+    except ValueError as error:
+        if str(error).startswith(f"{name} "):
+            raise
+        raise ValueError(f"{name}: {error}") from None
 
 
 def finite_array(name: str, array, *, ndim: int | None = None, integer: bool = False,

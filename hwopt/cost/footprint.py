@@ -106,10 +106,7 @@ def _sizes(shape, batch_size, seq_len) -> None:
 
 def _bytes(name: str, precision) -> float:
     """Bytes per value of a precision argument, a bad one named (kv_precision, not just precision)."""
-    try:
-        return bytes_per_weight(precision)
-    except ValueError as error:
-        raise ValueError(error if str(error).startswith(f"{name} ") else f"{name}: {error}") from None
+    return arguments.named(name, bytes_per_weight, precision)
 
 
 def weights_bytes(shape: ModelShape, precision: str | int = "fp16") -> float:

@@ -23,9 +23,12 @@ def _label(label: str, unit: str) -> str:
     return f"{label} ({unit})" if unit else label
 
 
+EXACT = 2**53  # the browser holds slider values as doubles: integers beyond this are not exact there
+
+
 def _check_range(lo, hi, value, step, *, integer: bool = False, step_name: str = "step"):
-    arguments.number("min", lo, integer=integer)
-    arguments.number("max", hi, integer=integer)
+    arguments.between("min", lo, -EXACT, EXACT, integer=integer)
+    arguments.between("max", hi, -EXACT, EXACT, integer=integer)
     if not lo < hi:
         raise ValueError(f"min must be below max; got min={lo!r}, max={hi!r}")
     if integer:
@@ -123,8 +126,8 @@ def dropdown(label: str, options: Sequence, value=None, *, unit: str = "") -> w.
     if not options:
         raise ValueError("options must hold at least one choice")
     values = [o[1] if isinstance(o, tuple) and len(o) == 2 else o for o in options]
-    if value is not None and value not in values:
-        raise ValueError(f"value must be one of the options {values}; got {value!r}")
+    if value is not None:
+        arguments.one_of("value", value, values)
     return w.Dropdown(
         options=options,
         value=values[0] if value is None else value,
@@ -139,8 +142,8 @@ def toggle(label: str, options: Sequence, value=None) -> w.ToggleButtons:
     options = list(options)
     if not options:
         raise ValueError("options must hold at least one choice")
-    if value is not None and value not in options:
-        raise ValueError(f"value must be one of the options {options}; got {value!r}")
+    if value is not None:
+        arguments.one_of("value", value, options)
     return w.ToggleButtons(
         options=options,
         value=options[0] if value is None else value,

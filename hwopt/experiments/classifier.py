@@ -90,6 +90,9 @@ def train_digits_classifier(
     hidden: int = 256, n_hidden_layers: int = 2, epochs: int = 10, seed: int = 0
 ) -> tuple[nn.Sequential, Digits]:
     """Load the digits and train an MLP on them (a few seconds on 2 cores); returns (model, data)."""
+    arguments.count("epochs", epochs, "repeats")  # before the loading, like the sizes make_mlp checks
+    arguments.count("hidden", hidden, "dimension")
+    arguments.count("n_hidden_layers", n_hidden_layers, "layers")
     data = load_digits(seed=seed)
     model = make_mlp(hidden, n_hidden_layers, seed=seed)
     train(model, data, epochs=epochs, seed=seed)

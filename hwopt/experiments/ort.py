@@ -69,9 +69,12 @@ def export_onnx(
     arguments.instance("model", model, torch.nn.Module)
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
+    arguments.instance("example_inputs", example_inputs, (tuple, list))
     example_inputs = tuple(example_inputs)
     if not example_inputs or not all(isinstance(t, torch.Tensor) for t in example_inputs):
         raise ValueError("example_inputs must be a non-empty tuple of tensors")
+    for i, t in enumerate(example_inputs):
+        arguments.finite_array(f"example_inputs[{i}]", t)
     dynamic_batch = arguments.boolean("dynamic_batch", dynamic_batch)
     if input_names is not None:
         arguments.instance("input_names", input_names, (list, tuple))
@@ -212,9 +215,10 @@ def make_session(
 
     model_path = _path("model_path", model_path, existing=True)
     options = session_options(threads=threads, opt_level=opt_level)
+    device_providers = providers_for(device)
     if providers is not None:
         arguments.instance("providers", providers, (list, tuple))
-    return ort.InferenceSession(str(model_path), options, providers=list(providers or providers_for(device)))
+    return ort.InferenceSession(str(model_path), options, providers=list(providers or device_providers))
 
 
 def run(session, *inputs) -> np.ndarray:

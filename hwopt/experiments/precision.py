@@ -93,9 +93,8 @@ def quantization_error(
     w: torch.Tensor, bits: int, *, per_channel: bool = False, symmetric: bool = True
 ) -> torch.Tensor:
     """Absolute error |w - fake_quantize(w)|, same shape as w: the heat-map of lesson 4."""
-    return (
-        w.detach().float() - fake_quantize(w, bits, per_channel=per_channel, symmetric=symmetric).float()
-    ).abs()
+    rounded = fake_quantize(w, bits, per_channel=per_channel, symmetric=symmetric).float()
+    return (w.detach().float() - rounded).abs()
 
 
 def error_summary(w: torch.Tensor, bits: int, *, per_channel: bool = False, symmetric: bool = True) -> dict:

@@ -6,6 +6,8 @@ The rules are the same everywhere:
 - every count has a maximum in LIMITS, so an absurd size fails at once instead of running until killed;
 - a bad value raises ValueError("<name> must be <expectation>; got <value>").
 Precision and format names are checked by `precision`, which asks hwopt.formats (the one list of formats).
+The checks: positive, count, number, between, fraction (numbers); finite_array (arrays and tensors); boolean,
+text, one_of, function, instance, precision; named (another check, its errors told under this argument).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
-import numpy as np
+
+from hwopt import arguments
 
 # Okabe-Ito: readable for colour-blind learners and in greyscale print.
 PALETTE: tuple[str, ...] = (
@@ -23,9 +24,7 @@ FIGSIZE: tuple[float, float] = (6.4, 4.0)
 
 def color(i: int) -> str:
     """The i-th colour of the course palette (wraps around)."""
-    if isinstance(i, bool) or not isinstance(i, int | np.integer):
-        raise ValueError(f"i must be an integer index into the palette, got {i!r}")
-    return PALETTE[int(i) % len(PALETTE)]
+    return PALETTE[arguments.count("i", i, "items", minimum=0) % len(PALETTE)]
 
 
 def axes(
@@ -39,10 +38,16 @@ def axes(
     figsize: tuple[float, float] = FIGSIZE,
 ):
     """Axes with unit-labelled x/y (e.g. "size (MB)"), optional log scales; new figure unless ax is given."""
-    for name, label in (("xlabel", xlabel), ("ylabel", ylabel)):
-        if not isinstance(label, str) or not label.strip():
-            raise ValueError(f"{name} must be a non-empty label with units, e.g. 'time (ms)'; got {label!r}")
+    arguments.text("xlabel", xlabel)
+    arguments.text("ylabel", ylabel)
+    if title is not None:
+        arguments.text("title", title, allow_empty=True)
+    arguments.boolean("logx", logx)
+    arguments.boolean("logy", logy)
     if ax is None:
+        arguments.instance("figsize", figsize, tuple)
+        for size in figsize:
+            arguments.positive("figsize", size, maximum=100)
         _, ax = plt.subplots(figsize=figsize)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -68,7 +73,12 @@ def band(
     marker: str = "o",
 ):
     """Plot a median line with a shaded low..high band (e.g. the IQR); returns the median's Line2D."""
-    x, median, low, high = (np.asarray(v, dtype=float) for v in (x, median, low, high))
+    x, median, low, high = (arguments.finite_array(name, v, ndim=1).astype(float)
+                            for name, v in (("x", x), ("median", median), ("low", low), ("high", high)))
+    for name, value in (("label", label), ("color", color)):
+        if value is not None:
+            arguments.text(name, value, allow_empty=True)
+    arguments.text("marker", marker)
     if not (x.shape == median.shape == low.shape == high.shape) or x.ndim != 1:
         raise ValueError(
             f"x, median, low and high must be 1-D and the same length; got shapes "
@@ -92,8 +102,8 @@ def measurement_band(
     color: str | None = None,
 ):
     """band() of timing measurements (bench.Measurement): median with the IQR shaded, in `unit`."""
-    if unit not in TIME_UNITS:
-        raise ValueError(f"unit must be one of {sorted(TIME_UNITS)}; got {unit!r}")
+    arguments.one_of("unit", unit, TIME_UNITS)
+    arguments.instance("measurements", measurements, (list, tuple))
     if not all(hasattr(m, "median_s") and hasattr(m, "q1_s") and hasattr(m, "q3_s") for m in measurements):
         raise ValueError("measurements must be bench.Measurement objects (median_s, q1_s, q3_s)")
     k = TIME_UNITS[unit]
@@ -110,6 +120,7 @@ def measurement_band(
 
 def finish(ax, *, legend: bool = True):
     """Tidy the figure (legend if any labels, tight layout) and return it, closed so Jupyter shows it once."""
+    arguments.boolean("legend", legend)
     fig = ax.figure
     if legend and any(not h.startswith("_") for h in ax.get_legend_handles_labels()[1]):
         ax.legend(frameon=False)

@@ -12,25 +12,31 @@ from collections.abc import Callable, Sequence
 import ipywidgets as w
 from IPython.display import display
 
+from hwopt import arguments
+
 _STYLE = {"description_width": "initial"}  # show the whole label, units included
 
 
 def _label(label: str, unit: str) -> str:
-    if not isinstance(label, str) or not label.strip():
-        raise ValueError(f"label must be a non-empty string; got {label!r}")
+    arguments.text("label", label)
+    arguments.text("unit", unit, allow_empty=True)
     return f"{label} ({unit})" if unit else label
 
 
-def _check_range(lo, hi, value, step):
-    for name, v in (("min", lo), ("max", hi), ("step", step)):
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise ValueError(f"{name} must be a finite number; got {v!r}")
+EXACT = 2**53  # the browser holds slider values as doubles: integers beyond this are not exact there
+
+
+def _check_range(lo, hi, value, step, *, integer: bool = False, step_name: str = "step"):
+    arguments.between("min", lo, -EXACT, EXACT, integer=integer)
+    arguments.between("max", hi, -EXACT, EXACT, integer=integer)
     if not lo < hi:
         raise ValueError(f"min must be below max; got min={lo!r}, max={hi!r}")
-    if step <= 0:
-        raise ValueError(f"step must be positive; got {step!r}")
-    if value is not None and not (lo <= value <= hi):
-        raise ValueError(f"value must lie in [min, max] = [{lo}, {hi}]; got {value!r}")
+    if integer:
+        arguments.count(step_name, step, "items")
+    else:
+        arguments.positive(step_name, step)
+    if value is not None:
+        arguments.between("value", value, lo, hi, integer=integer)
 
 
 def int_slider(
@@ -44,7 +50,8 @@ def int_slider(
     continuous_update: bool = False,
 ) -> w.IntSlider:
     """An IntSlider described as 'label (unit)'; value defaults to min."""
-    _check_range(min, max, value, step)
+    _check_range(min, max, value, step, integer=True)
+    continuous_update = arguments.boolean("continuous_update", continuous_update)
     return w.IntSlider(
         value=min if value is None else value,
         min=min,
@@ -69,6 +76,8 @@ def float_slider(
 ) -> w.FloatSlider:
     """A FloatSlider described as 'label (unit)'; step defaults to 1/100 of the range, value to min."""
     _check_range(min, max, value, 1 if step is None else step)
+    arguments.text("readout_format", readout_format)
+    continuous_update = arguments.boolean("continuous_update", continuous_update)
     step = (max - min) / 100 if step is None else step
     return w.FloatSlider(
         value=min if value is None else value,
@@ -93,9 +102,10 @@ def log_slider(
     continuous_update: bool = False,
 ) -> w.FloatLogSlider:
     """A FloatLogSlider (base 10) between min and max > 0, for values spanning decades (sizes, rates)."""
-    _check_range(min, max, value, steps_per_decade)
-    if min <= 0:
-        raise ValueError(f"min must be > 0 for a log slider; got {min!r}")
+    arguments.positive("min", min)
+    _check_range(min, max, value, steps_per_decade, integer=False, step_name="steps_per_decade")
+    arguments.between("steps_per_decade", steps_per_decade, 1, 1000, integer=True)
+    continuous_update = arguments.boolean("continuous_update", continuous_update)
     return w.FloatLogSlider(
         value=min if value is None else value,
         base=10,
@@ -111,12 +121,13 @@ def log_slider(
 
 def dropdown(label: str, options: Sequence, value=None, *, unit: str = "") -> w.Dropdown:
     """A Dropdown of options (values, or (text, value) pairs); value defaults to the first."""
+    arguments.instance("options", options, (list, tuple, dict, range))
     options = list(options) if not isinstance(options, dict) else list(options.items())
     if not options:
         raise ValueError("options must hold at least one choice")
     values = [o[1] if isinstance(o, tuple) and len(o) == 2 else o for o in options]
-    if value is not None and value not in values:
-        raise ValueError(f"value must be one of the options {values}; got {value!r}")
+    if value is not None:
+        arguments.one_of("value", value, values)
     return w.Dropdown(
         options=options,
         value=values[0] if value is None else value,
@@ -127,11 +138,12 @@ def dropdown(label: str, options: Sequence, value=None, *, unit: str = "") -> w.
 
 def toggle(label: str, options: Sequence, value=None) -> w.ToggleButtons:
     """ToggleButtons for a few choices (e.g. precisions); value defaults to the first."""
+    arguments.instance("options", options, (list, tuple))
     options = list(options)
     if not options:
         raise ValueError("options must hold at least one choice")
-    if value is not None and value not in options:
-        raise ValueError(f"value must be one of the options {options}; got {value!r}")
+    if value is not None:
+        arguments.one_of("value", value, options)
     return w.ToggleButtons(
         options=options,
         value=options[0] if value is None else value,
@@ -146,8 +158,8 @@ def explore(fn: Callable[..., object], *, horizontal: bool = False, **controls) 
     A control is a widget, a list/tuple of choices (becomes a dropdown), or a constant passed through.
     The returned box has `.controls` (name -> widget) and `.output` (the Output widget).
     """
-    if not callable(fn):
-        raise ValueError(f"fn must be callable; got {type(fn).__name__}")
+    arguments.function("fn", fn)
+    horizontal = arguments.boolean("horizontal", horizontal)
     if not controls:
         raise ValueError(
             "controls must name at least one keyword argument of fn, e.g. batch_size=int_slider(...)"

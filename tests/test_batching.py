@@ -213,3 +213,15 @@ def test_batch1_verdict_reads_the_measured_rate(latency_ms, says):
     assert says in verdict and f"{12.6e6 / latency_ms / 1e6:,.1f} GB/s" in verdict
     with pytest.raises(ValueError, match="bandwidth_gbs"):
         bt.batch1_verdict(12.6e6, latency_ms, 0)
+
+
+def test_latency_that_does_not_grow_with_the_batch_fits_a_flat_line_not_a_negative_cost():
+    fit = bt.fit_latency_model([1, 2, 4], [5.0, 3.0, 2.0])  # falls as batches grow: no per-item cost to see
+    assert fit.per_item_ms == 0.0
+    assert 2.0 < fit.overhead_ms < 5.0
+    assert fit.max_items_per_s == float("inf") and "0 x batch_size" in str(fit)
+
+
+def test_nan_bytes_per_weight_is_refused_not_swallowed_by_max():
+    with pytest.raises(ValueError, match="bytes_per_weight"):
+        bt.predicted_latency_ms(1e9, 1, 1e12, 100.0, bytes_per_weight=float("nan"))

@@ -1,5 +1,7 @@
 """experiments.classifier: digits load without downloads, the MLP learns them, accuracy helpers are exact."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -47,20 +49,42 @@ def test_accuracy_and_agreement_with_numpy_predictors():
     assert classifier.agreement(predict, lambda x: torch.tensor(np.eye(3)[[0, 1, 2, 2]]), x) == 0.75
 
 
+def tiny_digits():
+    x, y = torch.rand(8, classifier.N_FEATURES), torch.arange(8) % classifier.N_CLASSES
+    return classifier.Digits(x, y, x, y)
+
+
+def nan_digits():
+    data = tiny_digits()
+    data.x_train[3, 5] = math.nan
+    return data
+
+
 @pytest.mark.parametrize(
     ("call", "match"),
     [
         (lambda: classifier.load_digits(test_fraction=1.5), "test_fraction"),
         (lambda: classifier.make_mlp(hidden=0), "hidden"),
         (lambda: classifier.make_mlp(n_hidden_layers=0), "n_hidden_layers"),
-        (lambda: classifier.train(classifier.make_mlp(8), None, epochs=0), "epochs"),
-        (lambda: classifier.train(classifier.make_mlp(8), None, batch_size=0), "batch_size"),
-        (lambda: classifier.train(classifier.make_mlp(8), None, lr=0), "lr"),
-        (lambda: classifier.accuracy(lambda x: x, torch.zeros(2, 3), torch.zeros(3)), "same length"),
-        (lambda: classifier.accuracy(lambda x: torch.zeros(5), torch.zeros(2, 3), torch.zeros(2)), "logits"),
+        (lambda: classifier.train(classifier.make_mlp(8), tiny_digits(), epochs=0), "epochs"),
+        (lambda: classifier.train(classifier.make_mlp(8), tiny_digits(), epochs=10**30), "epochs"),
+        (lambda: classifier.train(classifier.make_mlp(8), tiny_digits(), batch_size=0), "batch_size"),
+        (lambda: classifier.train(classifier.make_mlp(8), tiny_digits(), lr=0), "lr"),
+        (lambda: classifier.train(classifier.make_mlp(8), tiny_digits(), lr=math.inf), "lr"),
+        (lambda: classifier.train(classifier.make_mlp(8), None), "data"),
+        (lambda: classifier.make_mlp(hidden=True), "hidden"),
+        (lambda: classifier.accuracy(lambda x: x, torch.zeros(2, 3), torch.zeros(3, dtype=torch.long)),
+         "same length"),
+        (lambda: classifier.accuracy(lambda x: torch.zeros(5), torch.zeros(2, 3), torch.zeros(2).long()),
+         "logits"),
+        (lambda: classifier.accuracy(lambda x: x, torch.zeros(2, 3), torch.zeros(2)), "y must be"),
+        (lambda: classifier.accuracy(lambda x: x, torch.full((2, 3), math.nan), torch.zeros(2).long()),
+         "x must be"),
+        (lambda: classifier.train(classifier.make_mlp(8), nan_digits()), "x_train"),
         (lambda: classifier.agreement(lambda x: x, lambda x: x, torch.zeros(0, 3)), "non-empty"),
     ],
 )
 def test_bad_input(call, match):
+    """Each bad argument is named (the checker itself: tests/test_arguments.py)."""
     with pytest.raises(ValueError, match=match):
         call()

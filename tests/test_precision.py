@@ -142,10 +142,11 @@ def test_precision_explorer_redraws_on_change(trained, monkeypatch):
         (lambda: precision.linear_layers(torch.nn.ReLU()), "no nn.Linear"),
         (lambda: precision.quantize_model_weights(classifier.make_mlp(8), 4, keep=["9"]), "keep"),
         (lambda: precision.in_dtype(classifier.make_mlp(8), "fp8"), "precision"),
-        (lambda: precision.half_precision_verdict(0, 1), "positive"),
+        (lambda: precision.half_precision_verdict(0, 1), "fp32_flops"),
         (lambda: precision.int8_saturation_verdict(-1, 0), ">= 0"),
         (lambda: precision.plot_accuracy_cliff({}), "curves"),
-        (lambda: precision.precision_explorer(classifier.make_mlp(8), None, layer="x"), "layer"),
+        (lambda: precision.precision_explorer(classifier.make_mlp(8), classifier.load_digits(), layer="x"),
+         "layer"),
     ],
 )
 def test_bad_input(call, match):

@@ -258,7 +258,7 @@ def test_probe_on_cuda_uses_the_cuda_dtypes(monkeypatch):
 def test_probe_bad_input():
     with pytest.raises(ValueError, match="dtype"):
         probe.probe(dtypes=["int3"], quick=True)
-    with pytest.raises(ValueError, match="n must be a positive integer"):
+    with pytest.raises(ValueError, match="threads must be an integer from 1"):
         probe.probe(dtypes=["float32"], quick=True, threads=0)
 
 

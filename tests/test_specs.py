@@ -186,7 +186,7 @@ def test_get_chip_ignores_case_spaces_dashes_and_vendor(query, name):
 
 
 def test_get_chip_typo_lists_close_names():
-    with pytest.raises(ValueError, match=r"unknown chip 'RTX 4080'; did you mean: .*RTX 4090"):
+    with pytest.raises(ValueError, match=r"name 'RTX 4080' is no chip in the table; did you mean: .*4090"):
         specs.get_chip("RTX 4080")
 
 

@@ -44,11 +44,11 @@ def test_dropdown_and_toggle():
     [
         (lambda: widgets.int_slider("", 1, 2), "label"),
         (lambda: widgets.int_slider("n", 5, 2), "min must be below max"),
-        (lambda: widgets.int_slider("n", 1, 5, 9), "value must lie"),
+        (lambda: widgets.int_slider("n", 1, 5, 9), "value must be an integer from 1 to 5"),
         (lambda: widgets.int_slider("n", 1, 5, step=0), "step"),
         (lambda: widgets.float_slider("x", 0.0, float("inf")), "max"),
         (lambda: widgets.float_slider("x", "0", 1.0), "min"),
-        (lambda: widgets.log_slider("x", 0, 10), "min must be > 0"),
+        (lambda: widgets.log_slider("x", 0, 10), "min must be a finite number > 0"),
         (lambda: widgets.dropdown("x", []), "options"),
         (lambda: widgets.dropdown("x", ["a"], "b"), "value must be one of"),
         (lambda: widgets.toggle("x", []), "options"),

@@ -7,56 +7,35 @@ A batch costs a fixed overhead (launch, reading the weights once) plus a per-ite
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from hwopt import plots
+from hwopt import arguments, plots
 from hwopt.machine import bench
 
 BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
-def _positive_number(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise ValueError(f"{name} must be a positive number; got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive finite number; got {value!r}")
-    return float(value)
-
-
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be a positive integer; got {value!r}")
-    return int(value)
-
-
 def batch_latency_ms(batch_size, overhead_ms, per_item_ms) -> float:
     """Latency model of one batch (ms): overhead_ms + batch_size * per_item_ms."""
-    batch_size = _positive_int("batch_size", batch_size)
-    is_number = isinstance(overhead_ms, int | float | np.integer | np.floating)
-    if isinstance(overhead_ms, bool) or not is_number or not math.isfinite(overhead_ms) or overhead_ms < 0:
-        raise ValueError(f"overhead_ms must be a finite number >= 0; got {overhead_ms!r}")
-    return float(overhead_ms) + batch_size * _positive_number("per_item_ms", per_item_ms)
+    batch_size = arguments.count("batch_size", batch_size, "batch")
+    overhead_ms = arguments.positive("overhead_ms", overhead_ms, allow_zero=True)
+    return overhead_ms + batch_size * arguments.positive("per_item_ms", per_item_ms)
 
 
-def _check_table(batch_sizes, latencies_ms) -> tuple[list[int], list[float]]:
+def _check_table(batch_sizes, latencies_ms, allow_empty: bool = False) -> tuple[list[int], list[float]]:
     """Validate a (batch size, latency) table given as two equal-length sequences."""
-    if isinstance(batch_sizes, str | bytes) or not isinstance(batch_sizes, Sequence | np.ndarray):
-        raise ValueError(
-            f"batch_sizes must be a sequence of positive integers; got {type(batch_sizes).__name__}")
-    if isinstance(latencies_ms, str | bytes) or not isinstance(latencies_ms, Sequence | np.ndarray):
-        raise ValueError(
-            f"latencies_ms must be a sequence of positive numbers; got {type(latencies_ms).__name__}")
-    if len(batch_sizes) != len(latencies_ms):
+    sizes = arguments.finite_array("batch_sizes", batch_sizes, ndim=1, integer=True, minimum=1,
+                                   maximum=arguments.LIMITS["batch"], allow_empty=allow_empty).tolist()
+    lats = arguments.finite_array("latencies_ms", latencies_ms, ndim=1, minimum=0, strict=True,
+                                  allow_empty=allow_empty).tolist()
+    if len(sizes) != len(lats):
         raise ValueError(
             "batch_sizes and latencies_ms must have equal length; "
-            f"got {len(batch_sizes)} and {len(latencies_ms)}"
+            f"got {len(sizes)} and {len(lats)}"
         )
-    sizes = [_positive_int(f"batch_sizes[{i}]", b) for i, b in enumerate(batch_sizes)]
-    lats = [_positive_number(f"latencies_ms[{i}]", t) for i, t in enumerate(latencies_ms)]
-    return sizes, lats
+    return sizes, [float(t) for t in lats]
 
 
 def _distinct(sizes: list[int]) -> list[int]:
@@ -67,7 +46,7 @@ def _distinct(sizes: list[int]) -> list[int]:
 
 def _items_per_s(batch_sizes, latencies_ms) -> list[float]:
     """Items/s of each row of a (batch size, latency in ms) table: batch_size / (latency_ms / 1000)."""
-    sizes, lats = _check_table(batch_sizes, latencies_ms)
+    sizes, lats = _check_table(batch_sizes, latencies_ms, allow_empty=True)
     return [b / (t / 1000.0) for b, t in zip(sizes, lats, strict=True)]
 
 
@@ -80,9 +59,16 @@ class LatencyFit:
     rms_error_ms: float  # root-mean-square residual over the fitted points
     max_relative_error: float  # largest |measured - fitted| / measured
 
+    def __post_init__(self):
+        arguments.positive("overhead_ms", self.overhead_ms, allow_zero=True)
+        arguments.positive("per_item_ms", self.per_item_ms, allow_zero=True)
+        arguments.positive("rms_error_ms", self.rms_error_ms, allow_zero=True)
+        arguments.positive("max_relative_error", self.max_relative_error, allow_zero=True)
+
     def latency_ms(self, batch_size) -> np.ndarray:
         """Fitted latency (ms) for one or many batch sizes."""
-        return self.overhead_ms + self.per_item_ms * np.asarray(batch_size, dtype=float)
+        batch_size = arguments.finite_array("batch_size", batch_size, minimum=0)
+        return self.overhead_ms + self.per_item_ms * batch_size.astype(float)
 
     @property
     def max_items_per_s(self) -> float:
@@ -105,9 +91,12 @@ def fit_latency_model(batch_sizes, latencies_ms, *, relative: bool = True) -> La
     """Fit the overhead + per-item model to a measured table by least squares (needs >= 2 batch sizes).
 
     relative=True minimises relative residuals (each point weighted 1/latency), so the small batches that
-    reveal the overhead count as much as the big ones. A negative overhead is refitted as zero.
+    reveal the overhead count as much as the big ones. A negative overhead is refitted as zero, and a negative
+    per-item cost (latency that does not grow with the batch, as for a tiny model) as a flat line:
+    per_item_ms = 0, no throughput ceiling within the measured sizes.
     """
     sizes, lats = _check_table(batch_sizes, latencies_ms)
+    relative = arguments.boolean("relative", relative)
     if len(set(sizes)) < 2:
         raise ValueError("batch_sizes must contain at least two different sizes to fit a line")
     b = np.asarray(sizes, dtype=float)
@@ -117,6 +106,8 @@ def fit_latency_model(batch_sizes, latencies_ms, *, relative: bool = True) -> La
     (overhead, per_item), *_ = np.linalg.lstsq(design, t * weight, rcond=None)
     if overhead < 0:  # a line through the origin: slope by weighted least squares
         overhead, per_item = 0.0, float(np.sum(weight**2 * b * t) / np.sum(weight**2 * b * b))
+    if per_item < 0:  # a flat line: the weighted mean latency
+        overhead, per_item = float(np.sum(weight**2 * t) / np.sum(weight**2)), 0.0
     residual = t - (overhead + per_item * b)
     return LatencyFit(
         overhead_ms=float(overhead),
@@ -131,20 +122,24 @@ def predicted_latency_ms(params: float, batch_size, peak_flops: float, bandwidth
     """Roofline latency (ms) of a dense model's batch: max(2 params b / peak, weight bytes / bandwidth)."""
     from hwopt.cost.costs import roofline_time_s
 
-    b = _positive_int("batch_size", batch_size)
+    params = arguments.positive("params", params)
+    b = arguments.count("batch_size", batch_size, "batch")
+    arguments.positive("peak_flops", peak_flops)
+    arguments.positive("bandwidth_gbs", bandwidth_gbs)
+    bytes_per_weight = arguments.positive("bytes_per_weight", bytes_per_weight)
     return 1e3 * roofline_time_s(2.0 * params * b, params * bytes_per_weight, peak_flops, bandwidth_gbs)
 
 
 def batch1_regime(weight_bytes: float, cache_name: str, cache_bytes: int | None) -> str:
     """Where repeated batch-1 calls find their weights, from their size against the device's cache
     (hardware.last_level_cache gives cache_name, cache_bytes): which regime applies, as a sentence."""
-    weight_bytes = _positive_number("weight_bytes", weight_bytes)
+    weight_bytes = arguments.positive("weight_bytes", weight_bytes)
     size = f"The {weight_bytes / 1e6:,.1f} MB of weights"
     if cache_bytes is None:
         return (f"{size} against this device's {cache_name}: its size is not known here. If they fit in "
                 "it, repeated batch-1 calls read them from the cache and the memory roof (DRAM GB/s) is "
                 "pessimistic; if not, every call streams them from memory and batch 1 is memory-bound.")
-    cache = f"this device's {cache_name} ({_positive_int('cache_bytes', cache_bytes) / 2**20:,.0f} MiB)"
+    cache = f"this device's {cache_name} ({arguments.positive('cache_bytes', cache_bytes) / 2**20:,.0f} MiB)"
     if weight_bytes <= cache_bytes:
         tight = " (more than half of it: some may be evicted between calls)" \
             if weight_bytes > cache_bytes / 2 else ""
@@ -157,9 +152,9 @@ def batch1_regime(weight_bytes: float, cache_name: str, cache_bytes: int | None)
 
 def batch1_verdict(weight_bytes: float, latency_ms: float, bandwidth_gbs: float) -> str:
     """What a measured batch-1 latency says: the rate it read its weights at, against the DRAM bandwidth."""
-    weight_bytes = _positive_number("weight_bytes", weight_bytes)
-    achieved_gbs = weight_bytes / _positive_number("latency_ms", latency_ms) / 1e6
-    ratio = achieved_gbs / _positive_number("bandwidth_gbs", bandwidth_gbs)
+    weight_bytes = arguments.positive("weight_bytes", weight_bytes)
+    achieved_gbs = weight_bytes / arguments.positive("latency_ms", latency_ms) / 1e6
+    ratio = achieved_gbs / arguments.positive("bandwidth_gbs", bandwidth_gbs)
     said = (f"batch 1 took {latency_ms:.3f} ms: its weights were read at {achieved_gbs:,.1f} GB/s, "
             f"{ratio:.2f}x the measured memory bandwidth ({bandwidth_gbs:,.1f} GB/s)")
     if ratio > 1.1:
@@ -177,9 +172,9 @@ def make_mlp(width: int = 1024, depth: int = 3, seed: int = 0):
     """Torch MLP: `depth` Linear(width, width) layers with ReLU between; (batch, width) -> (batch, width)."""
     import torch
 
-    width = _positive_int("width", width)
-    depth = _positive_int("depth", depth)
-    torch.manual_seed(seed)
+    width = arguments.count("width", width, "dimension")
+    depth = arguments.count("depth", depth, "layers")
+    torch.manual_seed(arguments.count("seed", seed, "seed", minimum=0))
     layers = []
     for i in range(depth):
         layers.append(torch.nn.Linear(width, width))
@@ -196,7 +191,10 @@ class BatchSweep:
     measurements: tuple[bench.Measurement, ...]
 
     def __post_init__(self):
-        sizes, _ = _check_table(self.batch_sizes, [m.median_ms for m in self.measurements])
+        arguments.instance("measurements", self.measurements, (list, tuple))
+        for m in self.measurements:
+            arguments.instance("measurements", m, bench.Measurement)
+        sizes, _ = _check_table(self.batch_sizes, [m.median_ms for m in self.measurements], allow_empty=True)
         object.__setattr__(self, "batch_sizes", tuple(_distinct(sizes)))
         object.__setattr__(self, "measurements", tuple(self.measurements))
 
@@ -218,24 +216,30 @@ class BatchSweep:
 
     def knee(self, fraction: float = 0.9) -> int:
         """Smallest batch whose throughput reaches `fraction` of the best measured (where it flattens)."""
-        if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1:
-            raise ValueError(f"fraction must be in (0, 1]; got {fraction!r}")
+        fraction = arguments.fraction("fraction", fraction)
         rates = self.throughputs_per_s
         target = fraction * max(rates)
         return min(b for b, r in zip(self.batch_sizes, rates, strict=True) if r >= target)
 
     def largest_within(self, budget_ms) -> tuple[int | None, float]:
         """Largest batch whose median latency (ms) is <= budget_ms, and its items/s; (None, 0.0) if none."""
-        budget_ms = _positive_number("budget_ms", budget_ms)
+        budget_ms = arguments.positive("budget_ms", budget_ms)
         fitting = [(b, r) for b, t, r in zip(self.batch_sizes, self.latencies_ms, self.throughputs_per_s,
                                               strict=True) if t <= budget_ms]
         return max(fitting) if fitting else (None, 0.0)
 
 
+def _sizes(batch_sizes) -> list[int]:
+    return arguments.finite_array("batch_sizes", batch_sizes, ndim=1, integer=True, minimum=1,
+                                  maximum=arguments.LIMITS["batch"]).tolist()
+
+
 def _model_input(model, batch_size: int, device: str):
     import torch
 
-    first = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
+    first = next((m for m in model.modules() if isinstance(m, torch.nn.Linear)), None)
+    if first is None:
+        raise ValueError("model must contain a torch.nn.Linear (its in_features sets the input width)")
     return torch.randn(batch_size, first.in_features, device=device)
 
 
@@ -245,10 +249,12 @@ def measure_batch_sweep(model, batch_sizes=BATCH_SIZES, *, device="cpu", repeats
     import torch
     from tqdm.auto import tqdm
 
-    sizes = _distinct([_positive_int("batch_sizes[]", b) for b in batch_sizes])
-    if not sizes:
-        raise ValueError("batch_sizes must not be empty")
+    arguments.instance("model", model, torch.nn.Module)
+    sizes = _distinct(_sizes(batch_sizes))
     device = bench.resolve_device(device)
+    arguments.count("repeats", repeats, "repeats")
+    arguments.count("warmup", warmup, "repeats", minimum=0)
+    progress = arguments.boolean("progress", progress)
     model = model.to(device)
     results = []
     for b in tqdm(sizes, desc="batch sizes", disable=not progress):
@@ -266,11 +272,14 @@ def compare_batch_sizes(model, batch_sizes=(1, 256), *, device="cpu", repeats: i
     """Throughput (items/s) of a few batch sizes timed interleaved in one run (for a fair ratio)."""
     import torch
 
+    arguments.instance("model", model, torch.nn.Module)
+    sizes = _distinct(_sizes(batch_sizes))
     device = bench.resolve_device(device)
+    arguments.count("repeats", repeats, "repeats")
     model = model.to(device)
     fns = {}
-    for b in batch_sizes:
-        x = _model_input(model, _positive_int("batch_sizes[]", b), device)
+    for b in sizes:
+        x = _model_input(model, b, device)
 
         def step(x=x):
             with torch.inference_mode():
@@ -278,7 +287,6 @@ def compare_batch_sizes(model, batch_sizes=(1, 256), *, device="cpu", repeats: i
 
         fns[f"batch {b}"] = step
     res = bench.compare(fns, device=device, repeats=repeats)
-    sizes = list(batch_sizes)
     rates = _items_per_s(sizes, [res[f"batch {b}"].median_ms for b in sizes])
     return dict(zip(sizes, rates, strict=True))
 
@@ -287,6 +295,11 @@ def plot_batch_sweep(sweep: BatchSweep, fit: LatencyFit | None = None, budget_ms
     """Two panels: latency (ms) and throughput (items/s) vs batch size, with the fit and a budget marked."""
     import matplotlib.pyplot as plt
 
+    arguments.instance("sweep", sweep, BatchSweep)
+    if fit is not None:
+        arguments.instance("fit", fit, LatencyFit)
+    if budget_ms is not None:
+        arguments.positive("budget_ms", budget_ms)
     fig, (ax_lat, ax_thr) = plt.subplots(1, 2, figsize=(11, 4))
     b = np.asarray(sweep.batch_sizes, dtype=float)
     q1 = [m.q1_s * 1e3 for m in sweep.measurements]
@@ -315,6 +328,12 @@ def plot_batch_sweep(sweep: BatchSweep, fit: LatencyFit | None = None, budget_ms
 
 def sweep_table(sweep: BatchSweep, predicted_ms=None) -> str:
     """Text table per batch size: median latency (ms) and IQR, items/s, and predicted/measured if given."""
+    arguments.instance("sweep", sweep, BatchSweep)
+    if predicted_ms is not None:
+        predicted_ms = arguments.finite_array("predicted_ms", predicted_ms, ndim=1, minimum=0, strict=True)
+        if len(predicted_ms) != len(sweep.batch_sizes):
+            raise ValueError(f"predicted_ms must hold one latency per batch size ({len(sweep.batch_sizes)}); "
+                             f"got {len(predicted_ms)}")
     head = f"{'batch':>6s} {'latency ms':>11s} {'IQR ms':>8s} {'items/s':>10s}"
     lines = [head + (f" {'predicted ms':>13s} {'pred/meas':>10s}" if predicted_ms is not None else "")]
     rows = zip(sweep.batch_sizes, sweep.measurements, sweep.throughputs_per_s, strict=True)
@@ -328,6 +347,7 @@ def sweep_table(sweep: BatchSweep, predicted_ms=None) -> str:
 
 def budget_report(sweep: BatchSweep, budget_ms: float) -> str:
     """One line: the largest batch within budget_ms and its throughput (the lesson's slider callback)."""
+    arguments.instance("sweep", sweep, BatchSweep)
     best, rate = sweep.largest_within(budget_ms)
     if best is None:
         smallest, lat = min(zip(sweep.batch_sizes, sweep.latencies_ms, strict=True))
@@ -339,6 +359,9 @@ def budget_explorer(sweep: BatchSweep, fit: LatencyFit | None = None):
     """A latency-budget slider (ms) -> the largest batch that fits and its throughput, marked on curves."""
     from hwopt import widgets
 
+    arguments.instance("sweep", sweep, BatchSweep)
+    if fit is not None:
+        arguments.instance("fit", fit, LatencyFit)
     lo, hi = min(sweep.latencies_ms), max(sweep.latencies_ms)
 
     def show(budget_ms):

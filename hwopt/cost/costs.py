@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hwopt import formats, plots
+from hwopt import arguments, formats, plots
 
 # The formats the explorer offers: one of each kind of peak column in the chip table.
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8_e4m3", "int8", "int4", "nvfp4")
@@ -83,14 +83,6 @@ def skipped(precision="fp32", chips: Sequence | None = None) -> list[tuple[str, 
     return [(c.name, why) for c in _chips(chips) for flops, why in [_peak(c, fmt)] if flops is None]
 
 
-def _chips(chips):
-    if chips is None:
-        from hwopt.machine import specs
-
-        return specs.load_chips()
-    return chips
-
-
 def _skipped_lines(precision, chips, width: int = 110) -> list[str]:
     """'skipped ...' lines for a report: every left-out chip with its reason, grouped by reason."""
     by_reason: dict[str, list[str]] = {}
@@ -107,27 +99,19 @@ def _skipped_lines(precision, chips, width: int = 110) -> list[str]:
     return lines
 
 
-def _positive(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating) or (
-        not math.isfinite(value) or value <= 0
-    ):
-        raise ValueError(f"{name} must be a positive finite number; got {value!r}")
-    return float(value)
-
-
 def roofline_time_s(flop: float, bytes_moved: float, peak_flops_per_s: float, bandwidth_gbs: float) -> float:
     """Roofline time (s) of work doing `flop` FLOP and moving `bytes_moved` bytes: max(compute, memory)."""
-    if flop < 0 or bytes_moved < 0:
-        raise ValueError(f"flop and bytes_moved must be >= 0; got {flop!r}, {bytes_moved!r}")
-    peak = _positive("peak_flops_per_s", peak_flops_per_s)
-    bandwidth = _positive("bandwidth_gbs", bandwidth_gbs)
+    flop = arguments.positive("flop", flop, allow_zero=True)
+    bytes_moved = arguments.positive("bytes_moved", bytes_moved, allow_zero=True)
+    peak = arguments.positive("peak_flops_per_s", peak_flops_per_s)
+    bandwidth = arguments.positive("bandwidth_gbs", bandwidth_gbs)
     return max(flop / peak, bytes_moved / (bandwidth * 1e9))
 
 
 def cost_per_million_usd(seconds_per_inference: float, price_per_hour_usd: float) -> float:
     """Dollars for 1,000,000 inferences at seconds_per_inference each on a chip at price_per_hour_usd."""
-    seconds = _positive("seconds_per_inference", seconds_per_inference)
-    price = _positive("price_per_hour_usd", price_per_hour_usd)
+    seconds = arguments.positive("seconds_per_inference", seconds_per_inference)
+    price = arguments.positive("price_per_hour_usd", price_per_hour_usd)
     return seconds * 1e6 * price / 3600.0
 
 
@@ -147,12 +131,6 @@ class ChipEstimate:
     peak_basis: str = ""  # the chip-table column whose peak was used
 
 
-def _check_batch(batch_size) -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer; got {batch_size!r}")
-    return int(batch_size)
-
-
 def estimate(params: float, batch_size: int = 1, precision="fp32", chips: Sequence | None = None,
              extra_bytes: float = 0.0) -> list[ChipEstimate]:
     """Predicted time and cost of a forward pass (params weights, batch_size items) per chip, cheapest first.
@@ -161,11 +139,9 @@ def estimate(params: float, batch_size: int = 1, precision="fp32", chips: Sequen
     without a price are kept (cost None) and sorted last; so are chips too small to hold the weights. Chips
     with no peak for the precision are left out: `skipped` lists them with the reason.
     """
-    params = _positive("params", params)
-    batch_size = _check_batch(batch_size)
-    if isinstance(extra_bytes, bool) or not isinstance(extra_bytes, int | float) or not (
-            math.isfinite(extra_bytes) and extra_bytes >= 0):
-        raise ValueError(f"extra_bytes must be a number of bytes >= 0; got {extra_bytes!r}")
+    params = arguments.positive("params", params)
+    batch_size = arguments.count("batch_size", batch_size, "batch")
+    extra_bytes = arguments.positive("extra_bytes", extra_bytes, allow_zero=True)
     fmt = _format(precision)
     weight_bytes = params * fmt.bytes_per_weight
     step_bytes = weight_bytes + extra_bytes
@@ -198,16 +174,36 @@ def estimate(params: float, batch_size: int = 1, precision="fp32", chips: Sequen
     return rows
 
 
+def _chips(chips) -> list:
+    """The chip table (None), or the given list of specs.Chip rows, checked."""
+    from hwopt.machine import specs
+
+    if chips is None:
+        return specs.load_chips()
+    arguments.instance("chips", chips, (list, tuple))
+    for i, chip in enumerate(chips):
+        arguments.instance(f"chips[{i}]", chip, specs.Chip)
+    return list(chips)
+
+
+def _estimates(estimates) -> list[ChipEstimate]:
+    arguments.instance("estimates", estimates, (list, tuple))
+    for i, e in enumerate(estimates):
+        arguments.instance(f"estimates[{i}]", e, ChipEstimate)
+    return list(estimates)
+
+
 def best_chip(estimates: Sequence[ChipEstimate]) -> ChipEstimate | None:
     """The cheapest chip per 1M inferences among those with a price that can hold the model (None if none)."""
+    estimates = _estimates(estimates)
     priced = [e for e in estimates if e.cost_per_million_usd is not None]
     return min(priced, key=lambda e: e.cost_per_million_usd) if priced else None
 
 
 def inference_definition(params: float, batch_size: int = 1, precision="fp32") -> str:
     """What one 'inference' is in this cost model, with its FLOP and bytes for this workload."""
-    params = _positive("params", params)
-    batch_size = _check_batch(batch_size)
+    params = arguments.positive("params", params)
+    batch_size = arguments.count("batch_size", batch_size, "batch")
     fmt = _format(precision)
     weights_gb = params * fmt.bytes_per_weight / 1e9
     share = "the whole read" if batch_size == 1 else f"1/{batch_size} of one read"
@@ -231,8 +227,8 @@ def beyond_the_bound(params: float, batch_size: int, precision, chip, extra_byte
 
     utilisation: the share of peak and bandwidth actually reached (a measured ratio); the time scales by 1/u.
     """
-    params = _positive("params", params)
-    batch_size = _check_batch(batch_size)
+    params = arguments.positive("params", params)
+    batch_size = arguments.count("batch_size", batch_size, "batch")
     if isinstance(utilisation, bool) or not isinstance(utilisation, int | float) or not 0 < utilisation <= 1:
         raise ValueError(f"utilisation must be a fraction in (0, 1]; got {utilisation!r}")
     if isinstance(extra_bytes, bool) or not isinstance(extra_bytes, int | float) or not (
@@ -271,6 +267,7 @@ def beyond_the_bound(params: float, batch_size: int, precision, chip, extra_byte
 def cost_report(params: float, batch_size: int = 1, precision="fp32", chips: Sequence | None = None,
                 top: int = 6) -> str:
     """A short text table of the cheapest chips for a workload, and the chips left out with the reason."""
+    top = arguments.count("top", top, "items")
     rows = estimate(params, batch_size, precision, chips)
     fmt = _format(precision)
     best = best_chip(rows)
@@ -292,7 +289,7 @@ def plot_costs(estimates: Sequence[ChipEstimate], ax=None, title: str | None = N
     """Bars of USD per 1M inferences per priced chip (log scale), cheapest highlighted; returns the Figure."""
     from matplotlib import ticker
 
-    priced = [e for e in estimates if e.cost_per_million_usd is not None]
+    priced = [e for e in _estimates(estimates) if e.cost_per_million_usd is not None]
     if not priced:
         raise ValueError("estimates must contain at least one chip with a price that fits the model")
     best = best_chip(priced)
@@ -349,6 +346,15 @@ def plot_chip_map(chips: Sequence | None = None, precision="bf16", machine: tupl
     rows = chip_rows(chips, precision)
     if not rows:
         raise ValueError("chips must contain at least one chip with a peak and a bandwidth")
+    if machine is not None:
+        arguments.instance("machine", machine, (tuple, list))
+        if len(machine) not in (2, 3):
+            raise ValueError(f"machine must be (bandwidth_gbs, flops) or (bandwidth_gbs, flops, label); "
+                             f"got {machine!r}")
+        arguments.positive("machine bandwidth_gbs", machine[0])
+        arguments.positive("machine flops", machine[1])
+        if len(machine) == 3:
+            arguments.text("machine label", machine[2])
     name = _format(precision).name
     ax = plots.axes("memory bandwidth (GB/s)", f"peak {name} (TFLOP/s; chips without one are left out)",
                     logx=True, logy=True, ax=ax, figsize=(8.0, 5.5))
@@ -363,8 +369,6 @@ def plot_chip_map(chips: Sequence | None = None, precision="bf16", machine: tupl
     xs = [r["bandwidth_gbs"] for r in rows]
     if machine is not None:
         bw, flops, *label = machine
-        _positive("machine bandwidth_gbs", bw)
-        _positive("machine flops", flops)
         ax.scatter([bw], [flops / 1e12], marker="*", s=250, color=plots.color(7), zorder=5,
                    label=label[0] if label else "this machine (measured)")
         xs.append(bw)

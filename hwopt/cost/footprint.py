@@ -17,7 +17,7 @@ import difflib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hwopt import formats
+from hwopt import arguments, formats
 from hwopt.data import DATA_DIR
 
 SHAPES_CSV = DATA_DIR / "model_shapes.csv"
@@ -43,10 +43,14 @@ class ModelShape:
     source_url: str = ""
 
     def __post_init__(self):
-        for field in ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab_size", "max_seq_len"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{field} must be a positive int, got {value!r}")
+        arguments.text("name", self.name)
+        arguments.count("n_layers", self.n_layers, "layers")
+        for field in ("d_model", "n_heads", "n_kv_heads", "d_ff", "vocab_size"):
+            arguments.count(field, getattr(self, field), "dimension")
+        arguments.count("max_seq_len", self.max_seq_len, "tokens")
+        arguments.boolean("gated_mlp", self.gated_mlp)
+        arguments.boolean("tied_embeddings", self.tied_embeddings)
+        arguments.text("source_url", self.source_url, allow_empty=True)
         if self.d_model % self.n_heads or self.n_heads % self.n_kv_heads:
             raise ValueError("d_model must be divisible by n_heads, and n_heads by n_kv_heads")
 
@@ -67,7 +71,7 @@ class ModelShape:
 
 def load_shapes(path: str | Path | None = None) -> list[ModelShape]:
     """All model shapes in SHAPES_CSV (or the CSV at path)."""
-    path = Path(path) if path is not None else SHAPES_CSV
+    path = Path(arguments.instance("path", path, (str, Path))) if path is not None else SHAPES_CSV
     if not path.is_file():
         raise ValueError(f"path must be an existing CSV of model shapes, got {str(path)!r}")
     ints = ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab_size", "max_seq_len")
@@ -86,6 +90,7 @@ def load_shapes(path: str | Path | None = None) -> list[ModelShape]:
 
 def get_shape(name: str, path: str | Path | None = None) -> ModelShape:
     """The shape named name (case-insensitive); a typo lists close names."""
+    arguments.text("name", name)
     shapes = {s.name.lower(): s for s in load_shapes(path)}
     key = str(name).lower()
     if key not in shapes:
@@ -98,14 +103,10 @@ def get_shape(name: str, path: str | Path | None = None) -> ModelShape:
     return shapes[key]
 
 
-def _positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
-def _positive(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
+def _sizes(shape, batch_size, seq_len) -> None:
+    arguments.instance("shape", shape, ModelShape)
+    arguments.count("batch_size", batch_size, "batch")
+    arguments.count("seq_len", seq_len, "tokens")
 
 
 def _bytes_per_value(fmt, argument: str) -> float:
@@ -127,14 +128,14 @@ def kv_format(precision, kv_precision=None) -> str:
 
 def weights_bytes(shape: ModelShape, precision: str = "fp16") -> float:
     """Bytes of all weights in a format ('fp32', 'fp16', 'int8', 'int4_g128', ...; block scales counted)."""
+    arguments.instance("shape", shape, ModelShape)
     return shape.n_params * _bytes_per_value(precision, "precision")
 
 
 def kv_cache_bytes(shape: ModelShape, batch_size: int, seq_len: int, precision: str = "fp16") -> float:
     """Bytes of the K and V cache in a format: 2 * n_layers * batch_size * seq_len * n_kv_heads * head_dim *
     bytes per value."""
-    _positive_int("batch_size", batch_size)
-    _positive_int("seq_len", seq_len)
+    _sizes(shape, batch_size, seq_len)
     return (
         2
         * shape.n_layers
@@ -160,8 +161,8 @@ def activation_bytes(
     MLP hidden (d_ff, twice if gated); plus, with naive attention, the scores batch * n_heads * seq_len^2
     (fused 'flash' attention never stores them).
     """
-    _positive_int("batch_size", batch_size)
-    _positive_int("seq_len", seq_len)
+    _sizes(shape, batch_size, seq_len)
+    naive_attention = arguments.boolean("naive_attention", naive_attention)
     b = _bytes_per_value(precision, "precision")
     kv_width = shape.n_kv_heads * shape.head_dim
     per_token = 2 * shape.d_model + max(
@@ -178,6 +179,10 @@ class MemoryBreakdown:
     weights_gb: float
     activations_gb: float
     kv_cache_gb: float
+
+    def __post_init__(self):
+        for name in ("weights_gb", "activations_gb", "kv_cache_gb"):
+            arguments.positive(name, getattr(self, name), allow_zero=True)
 
     @property
     def total_gb(self) -> float:
@@ -200,6 +205,7 @@ def memory_breakdown(
 ) -> MemoryBreakdown:
     """Weights (in `precision`), peak activations and KV cache (in `kv_precision`; None: the activations'
     format, see activation_precision) in GB, for batch_size sequences of seq_len tokens."""
+    _sizes(shape, batch_size, seq_len)
     act_precision = activation_precision(precision)
     kv_precision = kv_format(precision, kv_precision)
     return MemoryBreakdown(
@@ -214,9 +220,10 @@ def memory_breakdown(
 
 def fits(breakdown: MemoryBreakdown, memory_gb: float, reserve_fraction: float = 0.1) -> bool:
     """True when total <= memory_gb * (1 - reserve_fraction) (runtimes keep some memory for themselves)."""
-    _positive("memory_gb", memory_gb)
-    if not 0 <= reserve_fraction < 1:
-        raise ValueError(f"reserve_fraction must be in [0, 1), got {reserve_fraction!r}")
+    arguments.instance("breakdown", breakdown, MemoryBreakdown)
+    memory_gb = arguments.positive("memory_gb", memory_gb)
+    reserve_fraction = arguments.fraction("reserve_fraction", reserve_fraction, allow_zero=True,
+                                          allow_one=False)
     return breakdown.total_gb <= memory_gb * (1 - reserve_fraction)
 
 
@@ -232,6 +239,12 @@ def max_batch_size(
     limit: int = 1 << 16,
 ) -> int:
     """Largest batch that fits in memory_gb (0 when even batch 1 does not fit), searched up to limit."""
+    _sizes(shape, 1, seq_len)
+    arguments.positive("memory_gb", memory_gb)
+    _bytes_per_value(precision, "precision")
+    arguments.fraction("reserve_fraction", reserve_fraction, allow_zero=True, allow_one=False)
+    arguments.boolean("naive_attention", naive_attention)
+    limit = arguments.count("limit", limit, "batch")
 
     def ok(b: int) -> bool:
         return fits(
@@ -263,6 +276,7 @@ def oom_fix(
 ) -> str:
     """One sentence: does it fit, and if not, which change fixes it: fused (flash) attention, then an FP8 KV
     cache, then int8 or int4 weights (with an FP8 KV cache), then a smaller batch."""
+    arguments.positive("memory_gb", memory_gb)
     b = memory_breakdown(shape, batch_size, seq_len, precision, kv_precision=kv_precision)
     if fits(b, memory_gb):
         return f"fits: {b.total_gb:.1f} GB of {memory_gb:g} GB"
@@ -291,7 +305,7 @@ def plot_memory(
     shape: ModelShape,
     batch_size: int,
     seq_len: int,
-    precision: str,
+    precision: str | int,
     memory_gb: float,
     naive_attention: bool = True,
     ax=None,
@@ -301,6 +315,7 @@ def plot_memory(
     """Stacked bar of weights / activations / KV cache (GB) beside the device's memory; returns the Figure."""
     from hwopt import plots
 
+    arguments.positive("memory_gb", memory_gb)
     b = memory_breakdown(shape, batch_size, seq_len, precision, kv_precision=kv_precision,
                          naive_attention=naive_attention)
     verdict = "fits" if fits(b, memory_gb) else "OUT OF MEMORY"
@@ -328,8 +343,16 @@ def memory_explorer(memory_gb_by_device: dict[str, float], shapes: list[ModelSha
     plot_memory."""
     from hwopt import widgets
 
+    arguments.instance("memory_gb_by_device", memory_gb_by_device, dict)
     if not memory_gb_by_device:
         raise ValueError("memory_gb_by_device must name at least one device and its memory in GB")
+    for device, gb in memory_gb_by_device.items():
+        arguments.text("memory_gb_by_device", device)
+        arguments.positive(f"memory_gb_by_device[{device!r}]", gb)
+    if shapes is not None:
+        arguments.instance("shapes", shapes, (list, tuple))
+        for i, s in enumerate(shapes):
+            arguments.instance(f"shapes[{i}]", s, ModelShape)
     shapes = shapes or load_shapes()
 
     def show(model, precision, kv_precision, batch_size, seq_len, memory_gb, attention):

@@ -13,15 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
-def _positive(name: str, value, *, integer: bool = False) -> float:
-    """Check that `value` is a positive finite number (an int if `integer`); return it."""
-    ok_type = isinstance(value, int | np.integer) if integer else isinstance(value, int | float | np.number)
-    if isinstance(value, bool) or not ok_type or not math.isfinite(value) or value <= 0:
-        kind = "a positive integer" if integer else "a positive finite number"
-        raise ValueError(f"{name} must be {kind}; got {value!r}")
-    return value
-
+from hwopt import arguments
 
 # --- work and traffic per op: (FLOP, bytes) ----------------------------------------------------------------
 
@@ -35,11 +27,11 @@ def flops_bytes_elementwise(
     bytes_per_element: float = 4.0,
 ) -> tuple[float, float]:
     """(FLOP, bytes) of an elementwise op: n*flops_per_element, n*(inputs + outputs)*bytes_per_element."""
-    _positive("n_elements", n_elements, integer=True)
-    _positive("n_inputs", n_inputs, integer=True)
-    _positive("n_outputs", n_outputs, integer=True)
-    _positive("flops_per_element", flops_per_element)
-    _positive("bytes_per_element", bytes_per_element)
+    arguments.count("n_elements", n_elements, "elements")
+    arguments.count("n_inputs", n_inputs, "items")
+    arguments.count("n_outputs", n_outputs, "items")
+    arguments.positive("flops_per_element", flops_per_element)
+    arguments.positive("bytes_per_element", bytes_per_element)
     return n_elements * flops_per_element, n_elements * (n_inputs + n_outputs) * bytes_per_element
 
 
@@ -57,11 +49,11 @@ def flops_bytes_gemv(
     bytes = rows*cols*bytes_per_weight + batch_size*(cols + rows)*bytes_per_activation.
     bytes_per_weight: 4 fp32, 2 fp16/bf16, 1 int8, 0.5 int4 (quantization scales not counted).
     """
-    _positive("rows", rows, integer=True)
-    _positive("cols", cols, integer=True)
-    _positive("bytes_per_weight", bytes_per_weight)
-    _positive("batch_size", batch_size, integer=True)
-    _positive("bytes_per_activation", bytes_per_activation)
+    arguments.count("rows", rows, "dimension")
+    arguments.count("cols", cols, "dimension")
+    arguments.positive("bytes_per_weight", bytes_per_weight)
+    arguments.count("batch_size", batch_size, "batch")
+    arguments.positive("bytes_per_activation", bytes_per_activation)
     flops = 2.0 * rows * cols * batch_size
     return flops, rows * cols * bytes_per_weight + batch_size * (cols + rows) * bytes_per_activation
 
@@ -69,8 +61,8 @@ def flops_bytes_gemv(
 def flops_bytes_gemm(m: int, n: int, k: int, *, bytes_per_element: float = 4.0) -> tuple[float, float]:
     """(FLOP, bytes) of C (m, n) = A (m, k) @ B (k, n): 2mnk FLOP, (mk + kn + mn)*bytes_per_element bytes."""
     for name, v in (("m", m), ("n", n), ("k", k)):
-        _positive(name, v, integer=True)
-    _positive("bytes_per_element", bytes_per_element)
+        arguments.count(name, v, "dimension")
+    arguments.positive("bytes_per_element", bytes_per_element)
     return 2.0 * m * n * k, (m * k + k * n + m * n) * bytes_per_element
 
 
@@ -88,11 +80,11 @@ def flops_bytes_attention_decode(
     bytes = (2*seq_len*n_kv_heads + 2*n_heads)*head_dim*bytes_per_element (K and V caches, plus q and output).
     n_kv_heads (grouped-query attention) defaults to n_heads.
     """
-    _positive("seq_len", seq_len, integer=True)
-    _positive("head_dim", head_dim, integer=True)
-    _positive("n_heads", n_heads, integer=True)
-    _positive("bytes_per_element", bytes_per_element)
-    kv_heads = n_heads if n_kv_heads is None else _positive("n_kv_heads", n_kv_heads, integer=True)
+    arguments.count("seq_len", seq_len, "tokens")
+    arguments.count("head_dim", head_dim, "dimension")
+    arguments.count("n_heads", n_heads, "dimension")
+    arguments.positive("bytes_per_element", bytes_per_element)
+    kv_heads = n_heads if n_kv_heads is None else arguments.count("n_kv_heads", n_kv_heads, "dimension")
     flops = 4.0 * seq_len * head_dim * n_heads
     return flops, (2.0 * seq_len * kv_heads + 2.0 * n_heads) * head_dim * bytes_per_element
 
@@ -159,18 +151,16 @@ def intensity_attention_decode(
 
 def ridge_point(peak_flops: float, bandwidth_gbs: float) -> float:
     """Intensity (FLOP/byte) where the roof turns flat: peak_flops / (bandwidth_gbs * 1e9)."""
-    _positive("peak_flops", peak_flops)
-    _positive("bandwidth_gbs", bandwidth_gbs)
+    arguments.positive("peak_flops", peak_flops)
+    arguments.positive("bandwidth_gbs", bandwidth_gbs)
     return peak_flops / (bandwidth_gbs * 1e9)
 
 
 def attainable_flops(intensity, peak_flops: float, bandwidth_gbs: float):
     """Roofline FLOP/s = min(peak_flops, intensity * bandwidth_gbs * 1e9); intensity may be an array."""
-    _positive("peak_flops", peak_flops)
-    _positive("bandwidth_gbs", bandwidth_gbs)
-    arr = np.asarray(intensity, dtype=float)
-    if arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
-        raise ValueError(f"intensity must be positive finite FLOP/byte (scalar or array); got {intensity!r}")
+    arguments.positive("peak_flops", peak_flops)
+    arguments.positive("bandwidth_gbs", bandwidth_gbs)
+    arr = arguments.finite_array("intensity", intensity, minimum=0, strict=True).astype(float)
     result = np.minimum(peak_flops, arr * bandwidth_gbs * 1e9)
     return float(result) if result.ndim == 0 else result
 
@@ -178,7 +168,7 @@ def attainable_flops(intensity, peak_flops: float, bandwidth_gbs: float):
 def bound(intensity: float, peak_flops: float, bandwidth_gbs: float) -> str:
     """'memory' if intensity < ridge point (the roof is the bandwidth slope), else 'compute'."""
     ridge = ridge_point(peak_flops, bandwidth_gbs)
-    _positive("intensity", intensity)
+    arguments.positive("intensity", intensity)
     return "memory" if intensity < ridge else "compute"
 
 
@@ -192,8 +182,10 @@ class Ceiling:
     measured: bool = False
 
     def __post_init__(self):
-        _positive("peak_flops", self.peak_flops)
-        _positive("bandwidth_gbs", self.bandwidth_gbs)
+        arguments.text("label", self.label, allow_empty=True)
+        arguments.positive("peak_flops", self.peak_flops)
+        arguments.positive("bandwidth_gbs", self.bandwidth_gbs)
+        arguments.boolean("measured", self.measured)
 
     @property
     def ridge_point(self) -> float:
@@ -210,19 +202,24 @@ class KernelPoint:
     achieved_flops: float
 
     def __post_init__(self):
-        _positive("intensity", self.intensity)
-        _positive("achieved_flops", self.achieved_flops)
+        arguments.text("label", self.label, allow_empty=True)
+        arguments.positive("intensity", self.intensity)
+        arguments.positive("achieved_flops", self.achieved_flops)
 
 
 def _as(kind, items, name: str) -> list:
     if isinstance(items, kind) or (isinstance(items, tuple) and items and isinstance(items[0], str)):
         items = [items]  # a single roof or point
+    arguments.instance(name, items, (list, tuple))
     out = []
-    for item in items:
+    for i, item in enumerate(items):
         if isinstance(item, kind):
             out.append(item)
         elif isinstance(item, tuple | list) and len(item) in (3, 4):
-            out.append(kind(*item))
+            try:
+                out.append(kind(*item))
+            except ValueError as error:
+                raise ValueError(f"{name}[{i}]: {error}") from None
         else:
             raise ValueError(f"{name} must hold {kind.__name__} objects or tuples; got {item!r}")
     return out
@@ -236,7 +233,7 @@ def plot_roofline(ceilings: Iterable, points: Iterable = (), ax=None, *, title: 
     roofs = _as(Ceiling, ceilings, "ceilings")
     if not roofs:
         raise ValueError("ceilings must hold at least one Ceiling (label, peak_flops, bandwidth_gbs)")
-    dots = _as(KernelPoint, points, "points") if points else []
+    dots = _as(KernelPoint, points, "points")
     xs = [c.ridge_point for c in roofs] + [p.intensity for p in dots]
     x = np.logspace(math.log10(min(xs)) - 1.5, math.log10(max(xs)) + 1.5, 200)
     ax = plots.axes(
@@ -277,15 +274,6 @@ def plot_roofline(ceilings: Iterable, points: Iterable = (), ax=None, *, title: 
 # Their roof is a measured rate, evaluations per second on data already in cache.
 
 
-def _count(name: str, value) -> float:
-    """Check that `value` is a finite number >= 0 (a count of bytes or evaluations); return it."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.number) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number >= 0; got {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0; got {value!r}")
-    return value
-
-
 @dataclass(frozen=True)
 class ElementwiseRoofs:
     """Seconds an elementwise kernel needs under each of its two roofs: its bytes at the memory bandwidth
@@ -310,10 +298,10 @@ def elementwise_roofs(
 ) -> ElementwiseRoofs:
     """Both roofs of an elementwise kernel: n_bytes / (bandwidth_gbs * 1e9) and
     n_transcendentals / transcendentals_per_s (e.g. erf-GELUs per second, measured in cache)."""
-    _count("n_bytes", n_bytes)
-    _positive("bandwidth_gbs", bandwidth_gbs)
-    _count("n_transcendentals", n_transcendentals)
-    _positive("transcendentals_per_s", transcendentals_per_s)
+    arguments.positive("n_bytes", n_bytes, allow_zero=True)
+    arguments.positive("bandwidth_gbs", bandwidth_gbs)
+    arguments.positive("n_transcendentals", n_transcendentals, allow_zero=True)
+    arguments.positive("transcendentals_per_s", transcendentals_per_s)
     return ElementwiseRoofs(n_bytes / (bandwidth_gbs * 1e9), n_transcendentals / transcendentals_per_s)
 
 
@@ -322,6 +310,6 @@ def transcendental_ridge_bytes(bandwidth_gbs: float, transcendentals_per_s: floa
 
     A kernel moving fewer bytes than this per evaluation is bound by the transcendentals, more by memory.
     """
-    _positive("bandwidth_gbs", bandwidth_gbs)
-    _positive("transcendentals_per_s", transcendentals_per_s)
+    arguments.positive("bandwidth_gbs", bandwidth_gbs)
+    arguments.positive("transcendentals_per_s", transcendentals_per_s)
     return bandwidth_gbs * 1e9 / transcendentals_per_s

@@ -12,17 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hwopt import plots
-
-
-def _check(name: str, value, *, minimum: float = 0.0, strict: bool = True, integer: bool = False):
-    ok_type = (int, np.integer) if integer else (int, float, np.integer, np.floating)
-    if isinstance(value, bool) or not isinstance(value, ok_type) or not math.isfinite(value):
-        kind = "integer" if integer else "number"
-        raise ValueError(f"{name} must be a finite {kind}; got {value!r}")
-    if (strict and value <= minimum) or (not strict and value < minimum):
-        raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum:g}; got {value!r}")
-    return value
+from hwopt import arguments, plots
 
 
 @dataclass(frozen=True)
@@ -67,9 +57,10 @@ class ServingStats:
 
 def arrivals_ms(arrival_rate_per_s: float, n_requests: int, seed: int = 0) -> np.ndarray:
     """Arrival times (ms, increasing) of n_requests from a Poisson process at arrival_rate_per_s."""
-    _check("arrival_rate_per_s", arrival_rate_per_s)
-    _check("n_requests", n_requests, integer=True)
-    gaps = np.random.default_rng(seed).exponential(1000.0 / arrival_rate_per_s, size=int(n_requests))
+    arrival_rate_per_s = arguments.positive("arrival_rate_per_s", arrival_rate_per_s)
+    n_requests = arguments.count("n_requests", n_requests, "items")
+    seed = arguments.count("seed", seed, "seed", minimum=0)
+    gaps = np.random.default_rng(seed).exponential(1000.0 / arrival_rate_per_s, size=n_requests)
     return np.cumsum(gaps)
 
 
@@ -77,10 +68,10 @@ def simulate_dynamic_batching(arrival_rate_per_s: float, max_batch_size: int, ma
                               overhead_ms: float, per_item_ms: float, *, n_requests: int = 2000,
                               seed: int = 0) -> ServingStats:
     """Simulate one server with dynamic batching; batch cost overhead_ms + b * per_item_ms (ms)."""
-    _check("max_batch_size", max_batch_size, integer=True)
-    _check("max_wait_ms", max_wait_ms, strict=False)
-    _check("overhead_ms", overhead_ms, strict=False)
-    _check("per_item_ms", per_item_ms)
+    max_batch_size = arguments.count("max_batch_size", max_batch_size, "batch")
+    max_wait_ms = arguments.positive("max_wait_ms", max_wait_ms, allow_zero=True)
+    overhead_ms = arguments.positive("overhead_ms", overhead_ms, allow_zero=True)
+    per_item_ms = arguments.positive("per_item_ms", per_item_ms)
     arrive = arrivals_ms(arrival_rate_per_s, n_requests, seed)
     n = len(arrive)
     latencies = np.empty(n)
@@ -110,6 +101,9 @@ def simulate_dynamic_batching(arrival_rate_per_s: float, max_batch_size: int, ma
 
 def plot_latency_histogram(stats: ServingStats, ax=None, *, label: str | None = None):
     """Histogram of request latencies (ms) with p50 and p99 marked; returns the Figure."""
+    arguments.instance("stats", stats, ServingStats)
+    if label is not None:
+        arguments.text("label", label, allow_empty=True)
     ax = plots.axes("latency (ms)", "requests", ax=ax, title=label)
     ax.hist(stats.latencies_ms, bins=40, color=plots.color(0), alpha=0.7)
     ax.axvline(stats.p50_ms, color=plots.color(2), label=f"p50 {stats.p50_ms:.1f} ms")
@@ -146,9 +140,10 @@ class GenerationStats:
 
 def output_lengths(n_requests: int, mean_tokens: float, seed: int = 0) -> np.ndarray:
     """Random answer lengths (tokens >= 1): a geometric spread, as real chat answers vary a lot."""
-    _check("n_requests", n_requests, integer=True)
-    _check("mean_tokens", mean_tokens, minimum=1.0, strict=False)
-    return np.random.default_rng(seed).geometric(1.0 / mean_tokens, size=int(n_requests))
+    n_requests = arguments.count("n_requests", n_requests, "items")
+    mean_tokens = arguments.between("mean_tokens", mean_tokens, 1, arguments.LIMITS["tokens"])
+    seed = arguments.count("seed", seed, "seed", minimum=0)
+    return np.random.default_rng(seed).geometric(1.0 / mean_tokens, size=n_requests)
 
 
 def simulate_generation(lengths, max_batch_size: int, step_overhead_ms: float, step_per_item_ms: float, *,
@@ -159,13 +154,15 @@ def simulate_generation(lengths, max_batch_size: int, step_overhead_ms: float, s
     Continuous batching: a finished slot takes the next waiting request at the very next step.
     One step costs step_overhead_ms + active_slots * step_per_item_ms.
     """
-    lengths = np.asarray(lengths)
-    if lengths.ndim != 1 or len(lengths) == 0 or not np.issubdtype(lengths.dtype, np.integer) or (
-            lengths.min() < 1):
-        raise ValueError("lengths must be a non-empty 1-D sequence of positive integers (tokens per answer)")
-    _check("max_batch_size", max_batch_size, integer=True)
-    _check("step_overhead_ms", step_overhead_ms, strict=False)
-    _check("step_per_item_ms", step_per_item_ms)
+    lengths = arguments.finite_array("lengths", lengths, ndim=1, integer=True, minimum=1,
+                                     maximum=arguments.LIMITS["tokens"])
+    if lengths.sum() > arguments.LIMITS["items"]:
+        raise ValueError(f"lengths must add up to at most {arguments.LIMITS['items']:,} tokens "
+                         f"(hwopt.arguments.LIMITS['items']); got {lengths.sum():,}")
+    max_batch_size = arguments.count("max_batch_size", max_batch_size, "batch")
+    step_overhead_ms = arguments.positive("step_overhead_ms", step_overhead_ms, allow_zero=True)
+    step_per_item_ms = arguments.positive("step_per_item_ms", step_per_item_ms)
+    continuous = arguments.boolean("continuous", continuous)
     queue = list(range(len(lengths)))[::-1]  # pop() takes the next request
     finish = np.zeros(len(lengths))
     slots: dict[int, int] = {}  # request -> tokens still to generate
@@ -198,8 +195,9 @@ def serving_explorer(overhead_ms: float, per_item_ms: float, seed: int = 0):
     """Sliders (arrival rate, max batch, max wait) -> p50/p99 latency and throughput on a batch cost model."""
     from hwopt import widgets
 
-    _check("overhead_ms", overhead_ms, strict=False)
-    _check("per_item_ms", per_item_ms)
+    overhead_ms = arguments.positive("overhead_ms", overhead_ms, allow_zero=True)
+    per_item_ms = arguments.positive("per_item_ms", per_item_ms)
+    seed = arguments.count("seed", seed, "seed", minimum=0)
     one_at_a_time = 1000.0 / (overhead_ms + per_item_ms)
     ceiling = 1000.0 / per_item_ms
 

@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from hwopt import arguments
+
 N_FEATURES = 64  # 8x8 pixels
 N_CLASSES = 10
 
@@ -28,8 +30,8 @@ class Digits:
 
 def load_digits(test_fraction: float = 0.2, seed: int = 0) -> Digits:
     """scikit-learn's bundled digits, pixels scaled to [0, 1], split with a fixed shuffle."""
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be between 0 and 1 (exclusive), got {test_fraction!r}")
+    test_fraction = arguments.fraction("test_fraction", test_fraction, allow_one=False)
+    seed = arguments.count("seed", seed, "seed", minimum=0)
     from sklearn.datasets import load_digits as sk_load_digits
 
     bunch = sk_load_digits()
@@ -43,11 +45,9 @@ def load_digits(test_fraction: float = 0.2, seed: int = 0) -> Digits:
 
 def make_mlp(hidden: int = 256, n_hidden_layers: int = 2, seed: int = 0) -> nn.Sequential:
     """MLP 64 -> hidden (x n_hidden_layers, ReLU) -> 10 logits; Linear layers at even indices."""
-    if not isinstance(hidden, int) or hidden < 1:
-        raise ValueError(f"hidden must be a positive int, got {hidden!r}")
-    if not isinstance(n_hidden_layers, int) or n_hidden_layers < 1:
-        raise ValueError(f"n_hidden_layers must be a positive int, got {n_hidden_layers!r}")
-    torch.manual_seed(seed)
+    hidden = arguments.count("hidden", hidden, "dimension")
+    n_hidden_layers = arguments.count("n_hidden_layers", n_hidden_layers, "layers")
+    torch.manual_seed(arguments.count("seed", seed, "seed", minimum=0))
     layers: list[nn.Module] = []
     width_in = N_FEATURES
     for _ in range(n_hidden_layers):
@@ -61,13 +61,14 @@ def train(
     model: nn.Module, data: Digits, epochs: int = 10, lr: float = 1e-2, batch_size: int = 128, seed: int = 0
 ) -> nn.Module:
     """Train in place with Adam + cross-entropy; returns the model in eval mode."""
-    if not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be a positive int, got {epochs!r}")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    if not lr > 0:
-        raise ValueError(f"lr must be positive, got {lr!r}")
-    generator = torch.Generator().manual_seed(seed)
+    arguments.instance("model", model, nn.Module)
+    arguments.instance("data", data, Digits)
+    arguments.finite_array("data.x_train", data.x_train, ndim=2)
+    arguments.finite_array("data.y_train", data.y_train, ndim=1, integer=True, minimum=0)
+    epochs = arguments.count("epochs", epochs, "repeats")
+    lr = arguments.positive("lr", lr, maximum=arguments.LIMITS["learning_rate"])
+    batch_size = arguments.count("batch_size", batch_size, "batch")
+    generator = torch.Generator().manual_seed(arguments.count("seed", seed, "seed", minimum=0))
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
@@ -89,6 +90,9 @@ def train_digits_classifier(
     hidden: int = 256, n_hidden_layers: int = 2, epochs: int = 10, seed: int = 0
 ) -> tuple[nn.Sequential, Digits]:
     """Load the digits and train an MLP on them (a few seconds on 2 cores); returns (model, data)."""
+    arguments.count("epochs", epochs, "repeats")  # before the loading, like the sizes make_mlp checks
+    arguments.count("hidden", hidden, "dimension")
+    arguments.count("n_hidden_layers", n_hidden_layers, "layers")
     data = load_digits(seed=seed)
     model = make_mlp(hidden, n_hidden_layers, seed=seed)
     train(model, data, epochs=epochs, seed=seed)
@@ -97,6 +101,8 @@ def train_digits_classifier(
 
 def predict_labels(predict: Callable[[torch.Tensor], object], x: torch.Tensor) -> np.ndarray:
     """Class labels (n,) from any callable returning logits (n, 10): torch module, ORT wrapper, ..."""
+    arguments.function("predict", predict)
+    arguments.finite_array("x", x, ndim=2)
     with torch.inference_mode():
         logits = predict(x)
     if isinstance(logits, torch.Tensor):
@@ -109,6 +115,9 @@ def predict_labels(predict: Callable[[torch.Tensor], object], x: torch.Tensor) -
 
 def accuracy(predict: Callable[[torch.Tensor], object], x: torch.Tensor, y: torch.Tensor) -> float:
     """Fraction of x classified as y (0..1) by a callable returning logits."""
+    arguments.function("predict", predict)
+    arguments.finite_array("x", x, ndim=2)
+    arguments.finite_array("y", y, ndim=1, integer=True, minimum=0)
     if len(x) != len(y) or len(y) == 0:
         raise ValueError(f"x and y must be non-empty and the same length, got {len(x)} and {len(y)}")
     return float((predict_labels(predict, x) == np.asarray(y)).mean())
@@ -116,6 +125,7 @@ def accuracy(predict: Callable[[torch.Tensor], object], x: torch.Tensor, y: torc
 
 def agreement(predict_a: Callable, predict_b: Callable, x: torch.Tensor) -> float:
     """Fraction of inputs on which two predictors choose the same class (0..1); a reference check."""
-    if len(x) == 0:
-        raise ValueError("x must be non-empty")
+    arguments.function("predict_a", predict_a)
+    arguments.function("predict_b", predict_b)
+    arguments.finite_array("x", x, ndim=2)
     return float((predict_labels(predict_a, x) == predict_labels(predict_b, x)).mean())

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hwopt import formats
+from hwopt import arguments, formats
 from hwopt.experiments import lowbit_gemv, ort
 from hwopt.machine import bench
 
@@ -25,21 +25,15 @@ from hwopt.machine import bench
 TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "int8": 0.05, "int4": 0.25}
 
 
-def _positive(name: str, value, *, integer: bool = False) -> float:
-    ok = (int, np.integer) if integer else (int, float, np.integer, np.floating)
-    if isinstance(value, bool) or not isinstance(value, ok) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive {'integer' if integer else 'number'}; got {value!r}")
-    return value
-
-
 def weights_gb(params: float, bytes_per_weight: float) -> float:
     """Weights in GB (1e9 bytes): params * bytes_per_weight (formats.bytes_per_weight: scales included)."""
-    return _positive("params", params) * _positive("bytes_per_weight", bytes_per_weight) / 1e9
+    params = arguments.positive("params", params)
+    return params * arguments.positive("bytes_per_weight", bytes_per_weight) / 1e9
 
 
 def tokens_per_s_estimate(params: float, bytes_per_weight: float, bandwidth_gbs: float) -> float:
     """Single-stream decode speed if each token reads all weights once: bandwidth / model bytes (tokens/s)."""
-    return _positive("bandwidth_gbs", bandwidth_gbs) / weights_gb(params, bytes_per_weight)
+    return arguments.positive("bandwidth_gbs", bandwidth_gbs) / weights_gb(params, bytes_per_weight)
 
 
 def size_and_speed_report(params: float, bytes_per_weight: float, bandwidth_gbs: float) -> str:
@@ -60,6 +54,16 @@ class DecodeStack:
     layers: tuple[np.ndarray, ...]
     x: np.ndarray
 
+    def __post_init__(self):
+        arguments.instance("layers", self.layers, (tuple, list))
+        if not self.layers:
+            raise ValueError("layers must hold at least one (d_model, d_model) weight matrix")
+        x = arguments.finite_array("x", self.x, ndim=1)
+        for i, w in enumerate(self.layers):
+            w = arguments.finite_array(f"layers[{i}]", w, ndim=2)
+            if w.shape != (len(x), len(x)):
+                raise ValueError(f"layers[{i}] must be ({len(x)}, {len(x)}) like x; got shape {w.shape}")
+
     @property
     def d_model(self) -> int:
         """Width of the activations."""
@@ -78,19 +82,23 @@ class DecodeStack:
 def layers_for_working_set(d_model: int, min_bytes: float, bytes_per_weight: float | None = None) -> int:
     """How many (d_model x d_model) layers make the stack at least min_bytes at bytes_per_weight (None: the
     narrowest format decode_paths stores, scales included, so that every path's copy is that large)."""
-    _positive("d_model", d_model, integer=True)
-    _positive("min_bytes", min_bytes)
+    arguments.count("d_model", d_model, "dimension")
+    arguments.positive("min_bytes", min_bytes)
     if bytes_per_weight is None:
         bytes_per_weight = min(formats.bytes_per_weight(f) for f in weight_formats(d_model).values())
-    per_layer = d_model * d_model * _positive("bytes_per_weight", bytes_per_weight)
+    per_layer = d_model * d_model * arguments.positive("bytes_per_weight", bytes_per_weight)
     return max(1, math.ceil(min_bytes / per_layer))
 
 
 def make_stack(d_model: int = 4096, n_layers: int = 4, seed: int = 0) -> DecodeStack:
     """Random weights (std 1/sqrt(d_model), so activations keep their scale) and input, fp32."""
-    _positive("d_model", d_model, integer=True)
-    _positive("n_layers", n_layers, integer=True)
-    rng = np.random.default_rng(seed)
+    arguments.count("d_model", d_model, "dimension")
+    arguments.count("n_layers", n_layers, "layers")
+    n_weights, limit = d_model * d_model * n_layers, arguments.LIMITS["elements"]
+    if n_weights > limit:
+        raise ValueError(f"d_model * d_model * n_layers must be at most {limit:,} weights "
+                         f"(hwopt.arguments.LIMITS['elements']); got {n_weights:,}")
+    rng = np.random.default_rng(arguments.count("seed", seed, "seed", minimum=0))
     scale = np.float32(1.0 / math.sqrt(d_model))
     layers = []
     for _ in range(n_layers):
@@ -102,6 +110,7 @@ def make_stack(d_model: int = 4096, n_layers: int = 4, seed: int = 0) -> DecodeS
 
 def reference(stack: DecodeStack) -> np.ndarray:
     """The oracle: h <- h + h @ B_i for every layer, in float64; returns (d_model,)."""
+    arguments.instance("stack", stack, DecodeStack)
     h = stack.x.astype(np.float64)
     for w in stack.layers:
         h = h + h @ w.astype(np.float64)
@@ -110,8 +119,8 @@ def reference(stack: DecodeStack) -> np.ndarray:
 
 def relative_error(y, y_ref) -> float:
     """||y - y_ref|| / ||y_ref|| (L2 over all elements)."""
-    y = np.asarray(y, dtype=np.float64).ravel()
-    y_ref = np.asarray(y_ref, dtype=np.float64).ravel()
+    y = arguments.finite_array("y", y).astype(np.float64).ravel()
+    y_ref = arguments.finite_array("y_ref", y_ref).astype(np.float64).ravel()
     if y.shape != y_ref.shape:
         raise ValueError(f"y and y_ref must have the same number of elements; got {y.size} and {y_ref.size}")
     norm = np.linalg.norm(y_ref)
@@ -125,6 +134,7 @@ def relative_error(y, y_ref) -> float:
 
 def numpy_step(stack: DecodeStack) -> Callable[[], np.ndarray]:
     """fp32 decode step in numpy (BLAS sgemv): returns a zero-argument function -> (d_model,)."""
+    arguments.instance("stack", stack, DecodeStack)
     layers, x = stack.layers, stack.x
 
     def step():
@@ -140,6 +150,7 @@ def torch_step(stack: DecodeStack, device="cpu", dtype: str = "float32") -> Call
     """Decode step in torch (torch.mv on the weights' transposed view) on `device` -> numpy (d_model,)."""
     import torch
 
+    arguments.instance("stack", stack, DecodeStack)
     device = bench.resolve_device(device)
     name = formats.torch_dtype(dtype)
     if name not in ("float32", "float16", "bfloat16"):
@@ -166,9 +177,7 @@ def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
     Unsigned weights avoid the u8 x s8 overflow that costs signed int8 accuracy on CPUs without VNNI.
     """
-    w = np.asarray(w, dtype=np.float32)
-    if w.ndim != 2:
-        raise ValueError(f"w must be a 2-D (K, N) matrix; got shape {w.shape}")
+    w = arguments.finite_array("w", w, ndim=2).astype(np.float32, copy=False)
     lo = np.minimum(w.min(axis=0), 0.0)
     hi = np.maximum(w.max(axis=0), 0.0)
     scale = np.where(hi > lo, (hi - lo) / 255.0, 1.0).astype(np.float32)
@@ -182,16 +191,23 @@ def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def dequantize_int8(q: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
     """Inverse of quantize_int8: (q - zero_point) * scale as fp32 (K, N)."""
+    q = arguments.finite_array("q", q, ndim=2, integer=True, minimum=0, maximum=255)
+    scale = arguments.finite_array("scale", scale, ndim=1, minimum=0, strict=True)
+    zero_point = arguments.finite_array("zero_point", zero_point, ndim=1, integer=True, minimum=0,
+                                        maximum=255)
+    if not q.shape[1] == len(scale) == len(zero_point):
+        raise ValueError(f"scale and zero_point must hold one value per column of q ({q.shape[1]}); got "
+                         f"{len(scale)} and {len(zero_point)}")
     return ((q.astype(np.float32) - zero_point.astype(np.float32)) * scale).astype(np.float32)
+
+
+BLOCK_SIZES = (16, 32, 64, 128, 256)  # weights per scale that ONNX Runtime's MatMulNBits takes
 
 
 def _blocked(w, block_size: int):
     """Check w (K, N) and block_size for blockwise quantization: (contiguous w, K, N, K / block_size)."""
-    w = np.ascontiguousarray(w, dtype=np.float32)
-    if w.ndim != 2:
-        raise ValueError(f"w must be a 2-D (K, N) matrix; got shape {w.shape}")
-    if block_size not in (16, 32, 64, 128, 256):
-        raise ValueError(f"block_size must be one of 16, 32, 64, 128, 256; got {block_size!r}")
+    w = np.ascontiguousarray(arguments.finite_array("w", w, ndim=2), dtype=np.float32)
+    arguments.one_of("block_size", block_size, BLOCK_SIZES)
     k, n = w.shape
     if k % block_size:
         raise ValueError(f"w's first dimension K={k} must be a multiple of block_size={block_size}")
@@ -263,11 +279,21 @@ def quantize_int4(w: np.ndarray, block_size: int = 32) -> tuple[np.ndarray, np.n
 
 def dequantize_int4(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
     """Inverse of quantize_int4: fp32 (K, N), each 4-bit value q in 0..15 meaning (q - 8) * block scale."""
+    packed, scales = _packed_blocks(packed, scales)
     n, blocks, half = packed.shape
     low = (packed & 0x0F).astype(np.int8) - 8
     high = (packed >> 4).astype(np.int8) - 8
     values = np.stack([low, high], axis=-1).reshape(n, blocks, 2 * half).astype(np.float32)
     return (values * scales[:, :, None]).reshape(n, blocks * 2 * half).T.copy()
+
+
+def _packed_blocks(packed, scales) -> tuple[np.ndarray, np.ndarray]:
+    """Check packed (N, K/bs, bytes) uint8 codes and their scales (N, K/bs)."""
+    packed = arguments.finite_array("packed", packed, ndim=3, integer=True, minimum=0, maximum=255)
+    scales = arguments.finite_array("scales", scales, ndim=2)
+    if scales.shape != packed.shape[:2]:
+        raise ValueError(f"scales must be {packed.shape[:2]}, one per block of packed; got {scales.shape}")
+    return packed.astype(np.uint8, copy=False), scales
 
 
 def _graph(nodes, initializers, d_model: int):
@@ -291,6 +317,7 @@ def int8_model_bytes(stack: DecodeStack) -> bytes:
     """ONNX graph (bytes) of the stack, uint8 weights: DynamicQuantizeLinear -> MatMulInteger -> rescale."""
     from onnx import TensorProto, helper, numpy_helper
 
+    arguments.instance("stack", stack, DecodeStack)
     nodes, inits = [], []
     for i, w in enumerate(stack.layers):
         q, scale, zp = quantize_int8(w)
@@ -315,6 +342,7 @@ def quantize_int8_blocks(w: np.ndarray, block_size: int = 32) -> tuple[np.ndarra
 
 def dequantize_int8_blocks(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
     """Inverse of quantize_int8_blocks: fp32 (K, N), each byte q meaning (q - 128) * block scale."""
+    packed, scales = _packed_blocks(packed, scales)
     n, blocks, size = packed.shape
     values = (packed.astype(np.float32) - 128.0) * scales[:, :, None]
     return values.reshape(n, blocks * size).T.copy()
@@ -323,8 +351,10 @@ def dequantize_int8_blocks(packed: np.ndarray, scales: np.ndarray) -> np.ndarray
 def nbits_model_bytes(stack: DecodeStack, bits: int = 4, block_size: int = 32,
                       accuracy_level: int = 4) -> bytes:
     """ONNX graph (bytes) of the stack, MatMulNBits weights (4 or 8 bits; accuracy_level 4: int8 compute)."""
-    if bits not in (4, 8):
-        raise ValueError(f"bits must be 4 or 8; got {bits!r}")
+    arguments.instance("stack", stack, DecodeStack)
+    arguments.one_of("bits", bits, (4, 8))
+    arguments.one_of("block_size", block_size, BLOCK_SIZES)
+    arguments.between("accuracy_level", accuracy_level, 0, 4, integer=True)
     for w in stack.layers:
         _blocked(w, block_size)
     model = _matmul_nbits(_fp32_model(stack.layers, stack.d_model), bits, block_size, accuracy_level)
@@ -349,6 +379,9 @@ def int4_model_bytes(stack: DecodeStack, block_size: int = 32, accuracy_level: i
 
 def ort_step(session, stack: DecodeStack) -> Callable[[], np.ndarray]:
     """Zero-argument function running the session on the stack's input -> (d_model,)."""
+    arguments.instance("stack", stack, DecodeStack)
+    if not callable(getattr(session, "run", None)):
+        raise ValueError(f"session must be an onnxruntime.InferenceSession; got {type(session).__name__}")
     feed = {"h0": stack.x[None, :]}
 
     def step():
@@ -380,7 +413,7 @@ def weight_formats(d_model: int) -> dict[str, str]:
     """How each CPU path of decode_paths stores its weights: label -> formats name (the C kernel's paths are
     built only where it compiles). MatMulInteger also keeps an fp32 scale and a uint8 zero point per column
     of d_model weights, the C kernel's int8 an fp32 scale per row: negligible, as formats' int8 has it."""
-    _positive("d_model", d_model, integer=True)
+    arguments.count("d_model", d_model, "dimension")
     int8_block = 128 if d_model % 128 == 0 else 32  # 8-bit blocks of 128 ran fastest on the CPUs we tried
     return {
         "fp32 numpy": "fp32", "fp32 torch": "fp32",
@@ -393,7 +426,7 @@ def weight_formats(d_model: int) -> dict[str, str]:
 
 def prediction_table(stack: DecodeStack, bandwidth_gbs: float) -> str:
     """Per storage format of the CPU paths: bytes per weight (scales included), MB per step, predicted ms."""
-    _positive("bandwidth_gbs", bandwidth_gbs)
+    arguments.positive("bandwidth_gbs", bandwidth_gbs)
     by_format: dict[str, list[str]] = {}
     for label, fmt in weight_formats(stack.d_model).items():
         by_format.setdefault(fmt, []).append(label)
@@ -409,7 +442,10 @@ def prediction_table(stack: DecodeStack, bandwidth_gbs: float) -> str:
 def decode_paths(stack: DecodeStack, device="cpu", threads: int | None = None) -> dict[str, DecodePath]:
     """Every way to run the step: fp32 numpy and torch; int8 (2 kernels) and int4 in ONNX Runtime; the C
     kernel at fp32/int8/int4 (when it builds: lowbit_gemv.unavailable_reason()); on a GPU torch fp32/fp16."""
+    arguments.instance("stack", stack, DecodeStack)
     device = bench.resolve_device(device)
+    if threads is not None:
+        arguments.count("threads", threads, "threads")
     fmt = weight_formats(stack.d_model)
 
     def path(label, precision, fn, weight_format=None):
@@ -442,6 +478,7 @@ def decode_paths(stack: DecodeStack, device="cpu", threads: int | None = None) -
 
 def check_paths(paths: dict[str, DecodePath], stack: DecodeStack) -> dict[str, float]:
     """Relative error of every path vs the float64 oracle; ValueError naming any path above TOLERANCE."""
+    _check_paths(paths)
     y_ref = reference(stack)
     errors = {label: relative_error(p.fn(), y_ref) for label, p in paths.items()}
     bad = {k: e for k, e in errors.items() if e > TOLERANCE[paths[k].precision]}
@@ -449,6 +486,14 @@ def check_paths(paths: dict[str, DecodePath], stack: DecodeStack) -> dict[str, f
         raise ValueError("paths disagree with the fp32 oracle beyond tolerance: " + ", ".join(
             f"{k}: {e:.3g} > {TOLERANCE[paths[k].precision]:g}" for k, e in bad.items()))
     return errors
+
+
+def _check_paths(paths) -> None:
+    arguments.instance("paths", paths, dict)
+    if not paths:
+        raise ValueError("paths must name at least one DecodePath")
+    for label, path in paths.items():
+        arguments.instance(f"paths[{label!r}]", path, DecodePath)
 
 
 GPU_MARKERS = ("cuda", "mps")  # labels of paths that run on a GPU name their device
@@ -463,6 +508,7 @@ class DecodeResult:
 
     def achieved_gbs(self, label: str) -> float:
         """Bytes of weights and scales read per second (GB/s) by one path, from its median time."""
+        arguments.one_of("label", label, self.measurements)
         return self.paths[label].weight_bytes / self.measurements[label].median_s / 1e9
 
     @property
@@ -480,15 +526,21 @@ class DecodeResult:
 
     def speedup(self, label: str, baseline: str | None = None) -> float:
         """How many times faster `label` is than `baseline` (default: the best fp32 path), same run."""
+        arguments.one_of("label", label, self.measurements)
+        if baseline is not None:
+            arguments.one_of("baseline", baseline, self.measurements)
         return bench.speedup(self.measurements[baseline or self.best_fp32], self.measurements[label])
 
     def best(self, precision: str) -> str:
         """Label of the fastest path at precision."""
+        arguments.one_of("precision", precision, {p.precision for p in self.paths.values()})
         return min((k for k, p in self.paths.items() if p.precision == precision),
                    key=lambda k: self.measurements[k].median_s)
 
     def fastest_on(self, device: str = "cpu") -> list[str]:
         """Labels of the fastest path per precision among those that run on `device` ('cpu' or a GPU)."""
+        base = device.split(":")[0] if isinstance(device, str) else device
+        arguments.one_of("device", base, ("cpu", *GPU_MARKERS))
         on_gpu = device != "cpu"
         labels = [k for k in self.paths if any(g in k for g in GPU_MARKERS) == on_gpu]
         precisions = dict.fromkeys(self.paths[k].precision for k in labels)
@@ -500,7 +552,7 @@ class DecodeResult:
     def vs_prediction(self, bandwidth_gbs: float) -> str:
         """Per path: its format, predicted time (weight + scale bytes / bandwidth) vs measured, and the
         fraction of the bandwidth it used."""
-        _positive("bandwidth_gbs", bandwidth_gbs)
+        arguments.positive("bandwidth_gbs", bandwidth_gbs)
         lines = [f"{'path':28s} {'format':>9s} {'B/weight':>8s} {'predicted ms':>13s} {'measured ms':>12s} "
                  f"{'pred/meas':>10s} {'of bandwidth':>13s}"]
         for k, m in self.measurements.items():
@@ -530,6 +582,7 @@ def time_paths(paths: dict[str, DecodePath], device="cpu", repeats: int = 8,
     Before each timed repeat a path runs untimed for settle_s: a framework's idle threads keep spinning for a
     while after each call and would otherwise slow whichever path is timed next.
     """
+    _check_paths(paths)
     measured = bench.compare({k: p.fn for k, p in paths.items()}, device=device, repeats=repeats,
                              settle_s=settle_s)
     return DecodeResult(paths, measured)
@@ -544,7 +597,9 @@ def int8_verdict(result: DecodeResult, bandwidth_gbs: float, simd=()) -> str:
     A path is memory-bound if it streams its weights at >= half the measured bandwidth, or at >= 80% of the
     rate the best fp32 path streams in the same run (what a GEMV gets from memory on this machine).
     """
-    _positive("bandwidth_gbs", bandwidth_gbs)
+    arguments.instance("result", result, DecodeResult)
+    arguments.positive("bandwidth_gbs", bandwidth_gbs)
+    arguments.instance("simd", simd, (list, tuple, set, frozenset))
     base = result.best_fp32_cpu
     fp32_gbs = result.achieved_gbs(base)
     int8 = sorted((k for k, p in result.paths.items()
@@ -587,8 +642,9 @@ def _same_bytes(a: DecodePath, b: DecodePath) -> str:
 
 def memory_or_compute(achieved_gbs: float, bandwidth_gbs: float, threshold: float = 0.5) -> str:
     """'memory' if a kernel reads its weights at >= threshold of the measured bandwidth, else 'compute'."""
-    _positive("achieved_gbs", achieved_gbs)
-    _positive("bandwidth_gbs", bandwidth_gbs)
+    arguments.positive("achieved_gbs", achieved_gbs)
+    arguments.positive("bandwidth_gbs", bandwidth_gbs)
+    arguments.fraction("threshold", threshold)
     return "memory" if achieved_gbs >= threshold * bandwidth_gbs else "compute"
 
 
@@ -598,15 +654,17 @@ SPEED_FORMATS = ("fp32", "fp16", "fp8_e4m3", "int8", "int4_g32", "int4_g128")  #
 def speed_explorer(measured_bandwidth_gbs: float | None = None, chips=None):
     """Sliders (parameters, weight format, chip) -> model size (scales included), bandwidth-bound tokens/s."""
     from hwopt import plots, widgets
+    from hwopt.machine import specs
 
     if chips is None:
-        from hwopt.machine import specs
-
         chips = specs.load_chips()
+    arguments.instance("chips", chips, (list, tuple))
+    for i, chip in enumerate(chips):
+        arguments.instance(f"chips[{i}]", chip, specs.Chip)
     bandwidth = {c.name: c.bandwidth_gbs for c in chips}
     options = [(f"{c.name} ({c.bandwidth_gbs:g} GB/s)", c.name) for c in chips]
     if measured_bandwidth_gbs is not None:
-        _positive("measured_bandwidth_gbs", measured_bandwidth_gbs)
+        arguments.positive("measured_bandwidth_gbs", measured_bandwidth_gbs)
         bandwidth["this machine"] = float(measured_bandwidth_gbs)
         options.insert(0, (f"this machine, measured ({measured_bandwidth_gbs:.1f} GB/s)", "this machine"))
 

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hwopt import arguments
 from hwopt.cost import roofline
 from hwopt.machine import bench, probe
 
@@ -42,6 +43,9 @@ class Chain(nn.Module):
 
     def __init__(self, bias: torch.Tensor, scale: float):
         super().__init__()
+        arguments.instance("bias", bias, torch.Tensor)
+        arguments.finite_array("bias", bias, ndim=1)
+        scale = arguments.number("scale", scale)
         self.bias = nn.Parameter(bias.detach().clone(), requires_grad=False)
         self.scale = float(scale)
 
@@ -170,10 +174,13 @@ def bound_sentence(prediction: ChainPrediction, bandwidth_gbs: float, gelus_per_
 
 def chain_inputs(rows: int, cols: int, device: str = "cpu", seed: int = 0) -> dict:
     """Random inputs for the chain: {'x', 'bias', 'residual', 'scale'} on device, float32."""
-    for name, value in (("rows", rows), ("cols", cols)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    g = torch.Generator().manual_seed(seed)
+    arguments.count("rows", rows, "dimension")
+    arguments.count("cols", cols, "dimension")
+    if rows * cols > arguments.LIMITS["elements"]:
+        raise ValueError(f"rows * cols must be at most {arguments.LIMITS['elements']:,} elements "
+                         f"(hwopt.arguments.LIMITS['elements']); got {rows * cols:,}")
+    device = bench.resolve_device(device)
+    g = torch.Generator().manual_seed(arguments.count("seed", seed, "seed", minimum=0))
     return {
         "x": torch.randn(rows, cols, generator=g).to(device),
         "bias": torch.randn(cols, generator=g).to(device),
@@ -188,10 +195,9 @@ def passes(n_ops: int = CHAIN_OPS, extra_inputs: int = CHAIN_EXTRA_INPUTS, *, fu
     Unfused: every op reads its input and writes its output (2 * n_ops), plus one read per extra input.
     Fused: read the input and the extra inputs once, write the output once.
     """
-    if isinstance(n_ops, bool) or not isinstance(n_ops, int) or n_ops < 1:
-        raise ValueError(f"n_ops must be a positive int, got {n_ops!r}")
-    if isinstance(extra_inputs, bool) or not isinstance(extra_inputs, int) or not 0 <= extra_inputs <= n_ops:
-        raise ValueError(f"extra_inputs must be an int from 0 to n_ops, got {extra_inputs!r}")
+    n_ops = arguments.count("n_ops", n_ops, "layers")
+    extra_inputs = arguments.between("extra_inputs", extra_inputs, 0, n_ops, integer=True)
+    fused = arguments.boolean("fused", fused)
     return (1 + extra_inputs + 1) if fused else (2 * n_ops + extra_inputs)
 
 
@@ -204,10 +210,8 @@ def bytes_moved(
     bytes_per_element: float = 4.0,
 ) -> float:
     """Bytes read + written by the chain on tensors of n_elements each."""
-    if isinstance(n_elements, bool) or not isinstance(n_elements, int) or n_elements < 1:
-        raise ValueError(f"n_elements must be a positive int, got {n_elements!r}")
-    if not bytes_per_element > 0:
-        raise ValueError(f"bytes_per_element must be positive, got {bytes_per_element!r}")
+    n_elements = arguments.count("n_elements", n_elements, "elements")
+    bytes_per_element = arguments.positive("bytes_per_element", bytes_per_element)
     return float(passes(n_ops, extra_inputs, fused=fused) * n_elements * bytes_per_element)
 
 
@@ -218,18 +222,17 @@ def predicted_speedup(n_ops: int = CHAIN_OPS, extra_inputs: int = CHAIN_EXTRA_IN
 
 def predicted_time_ms(n_bytes: float, bandwidth_gbs: float) -> float:
     """Time to move n_bytes at bandwidth_gbs (the memory roof), milliseconds."""
-    if not n_bytes >= 0:
-        raise ValueError(f"n_bytes must be >= 0, got {n_bytes!r}")
-    if not bandwidth_gbs > 0:
-        raise ValueError(f"bandwidth_gbs must be positive, got {bandwidth_gbs!r}")
+    n_bytes = arguments.positive("n_bytes", n_bytes, allow_zero=True)
+    bandwidth_gbs = arguments.positive("bandwidth_gbs", bandwidth_gbs)
     return n_bytes / (bandwidth_gbs * 1e9) * 1e3
 
 
 def fusion_prediction(size_mb: float, n_ops: int, bandwidth_gbs: float, extra_inputs: int = 1) -> dict:
     """Slider callback: for tensors of size_mb (fp32) -> unfused/fused MB moved, predicted ms, speedup."""
-    if not size_mb > 0:
-        raise ValueError(f"size_mb must be positive, got {size_mb!r}")
-    extra_inputs = min(extra_inputs, n_ops)
+    size_mb = arguments.positive("size_mb", size_mb, maximum=arguments.LIMITS["megabytes"])
+    n_ops = arguments.count("n_ops", n_ops, "layers")
+    extra_inputs = min(arguments.count("extra_inputs", extra_inputs, "layers", minimum=0), n_ops)
+    arguments.positive("bandwidth_gbs", bandwidth_gbs)
     n_elements = max(1, int(size_mb * 1e6 / 4))
     out = {"n_elements": n_elements}
     for kind, fused in (("unfused", False), ("fused", True)):
@@ -261,8 +264,7 @@ def plot_fusion_prediction(size_mb: float, n_ops: int, bandwidth_gbs: float, ext
 
 def first_call_s(fn: Callable[[], object], device: str = "cpu") -> float:
     """Seconds taken by one call of fn, synchronised (a compiled function's first call includes compiling)."""
-    if not callable(fn):
-        raise ValueError(f"fn must be callable with no arguments, got {type(fn).__name__}")
+    arguments.function("fn", fn)
     bench.sync(device)
     start = time.perf_counter()
     fn()
@@ -272,6 +274,8 @@ def first_call_s(fn: Callable[[], object], device: str = "cpu") -> float:
 
 def max_abs_error(candidate: torch.Tensor, reference: torch.Tensor) -> float:
     """max |candidate - reference| (the eager FP32 result is the reference)."""
+    candidate = arguments.finite_array("candidate", candidate)
+    reference = arguments.finite_array("reference", reference)
     candidate = torch.as_tensor(candidate).float().cpu()
     reference = torch.as_tensor(reference).float().cpu()
     if candidate.shape != reference.shape:
@@ -285,8 +289,7 @@ def fusion_explorer(bandwidth_gbs: float):
     """Sliders (tensor size, ops in the chain) -> predicted unfused vs fused time at bandwidth_gbs."""
     from hwopt import widgets
 
-    if not bandwidth_gbs > 0:
-        raise ValueError(f"bandwidth_gbs must be positive, got {bandwidth_gbs!r}")
+    bandwidth_gbs = arguments.positive("bandwidth_gbs", bandwidth_gbs)
     return widgets.explore(
         plot_fusion_prediction,
         bandwidth_gbs=bandwidth_gbs,
@@ -311,11 +314,19 @@ def report_rows(
     Predicted ms is the memory roof (passes at bandwidth_gbs) or, given gelus_per_s, chain_roofs: fused
     variants (fused_labels; default: those with the fused chain's 3 passes) as one kernel, others unfused.
     """
+    arguments.instance("results", results, dict)
     if not results:
         raise ValueError("results must hold at least one Measurement")
+    for label, m in results.items():
+        arguments.instance(f"results[{label!r}]", m, bench.Measurement)
+    n_elements = arguments.count("n_elements", n_elements, "elements")
+    arguments.instance("passes_by_label", passes_by_label, dict)
+    for label, n in passes_by_label.items():
+        arguments.count(f"passes_by_label[{label!r}]", n, "items")
+    arguments.positive("bandwidth_gbs", bandwidth_gbs)
+    if baseline is not None:
+        arguments.one_of("baseline", baseline, results)
     baseline = baseline or next(iter(results))
-    if baseline not in results:
-        raise ValueError(f"baseline must be one of {list(results)}, got {baseline!r}")
     missing = set(results) - set(passes_by_label)
     if missing:
         raise ValueError(f"passes_by_label must give the memory passes of {sorted(missing)}")
@@ -354,6 +365,9 @@ def report_rows(
 
 def format_report(rows: list[dict]) -> str:
     """report_rows as an aligned text table."""
+    arguments.instance("rows", rows, (list, tuple))
+    for i, row in enumerate(rows):
+        arguments.instance(f"rows[{i}]", row, dict)
     width = max(16, *(len(r["variant"]) + 2 for r in rows))
     lines = [
         f"{'variant':<{width}}{'passes':>7}{'ms':>9}{'IQR':>8}{'GB/s':>8}{'predicted ms':>14}{'bound':>16}"

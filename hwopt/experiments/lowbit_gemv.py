@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hwopt import formats
+from hwopt import arguments, formats
 from hwopt.machine import bench, hardware
 
 SOURCE = Path(__file__).with_name("lowbit_gemv.c")
@@ -98,6 +98,8 @@ def cache_dir() -> Path:
 
 def find_compiler(cc: str | None = None) -> str:
     """Path of the C compiler ($CC, else cc, else gcc); KernelUnavailable when none is on PATH."""
+    if cc is not None:
+        arguments.text("cc", cc)
     names = [cc] if cc else [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
     for name in names:
         path = shutil.which(name)
@@ -116,6 +118,12 @@ def build(cc: str | None = None, flags: tuple[str, ...] | None = None, out_dir: 
     if flags is not None and path is not None:
         raise ValueError("give flags or path, not both")
     flags = tuple(flags) if flags is not None else path_flags(path or best_path())
+    if flags is not None:
+        arguments.instance("flags", flags, (tuple, list))
+        for flag in flags:
+            arguments.text("flags", flag)
+    if out_dir is not None:
+        arguments.instance("out_dir", out_dir, (str, Path))
     compiler = find_compiler(cc)
     key = hashlib.sha256(SOURCE.read_bytes() + "\0".join((compiler, *flags)).encode()).hexdigest()[:16]
     out_dir = Path(out_dir) if out_dir is not None else cache_dir()
@@ -153,6 +161,9 @@ def load(cc: str | None = None, path: str | None = None) -> ctypes.CDLL:
 def open_library(path: Path) -> ctypes.CDLL:
     """Load a built kernel and declare its functions' C signatures; KernelUnavailable when it was built for
     an instruction path this CPU cannot run (it would die on an illegal instruction)."""
+    path = Path(arguments.instance("path", path, (str, Path)))
+    if not path.is_file():
+        raise ValueError(f"path must be a kernel built by build(); {str(path)!r} does not exist")
     lib = ctypes.CDLL(str(path))
     lib.lowbit_decode_step.restype = ctypes.c_int
     lib.lowbit_decode_step.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_void_p,
@@ -200,10 +211,10 @@ def path_report(lib: ctypes.CDLL | None = None) -> str:
 # ---- weight layouts (w is (K, N) as in h @ w; the kernel reads rows of w.T) -----------------------------
 
 
-def _square(w, multiple: int = 64) -> np.ndarray:
-    w = np.asarray(w, dtype=np.float32)
+def _square(w, multiple: int = 64, name: str = "w") -> np.ndarray:
+    w = arguments.finite_array(name, w, ndim=2).astype(np.float32, copy=False)
     if w.ndim != 2 or w.shape[0] != w.shape[1] or w.shape[0] % multiple or w.shape[0] == 0:
-        raise ValueError(f"w must be a square (d, d) matrix with d a positive multiple of {multiple}; "
+        raise ValueError(f"{name} must be a square (d, d) matrix with d a positive multiple of {multiple}; "
                          f"got shape {w.shape}")
     return w
 
@@ -234,6 +245,11 @@ def quantize_int8_rows(w) -> tuple[np.ndarray, np.ndarray]:
 
 def dequantize_int8_rows(q: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """Inverse of quantize_int8_rows: fp32 (K, N)."""
+    q = arguments.finite_array("q", q, ndim=4, integer=True, minimum=-127, maximum=127)
+    scale = arguments.finite_array("scale", scale, ndim=1, minimum=0, strict=True)
+    if q.shape[0] * q.shape[2] != len(scale):
+        raise ValueError(f"scale must hold one value per row of q ({q.shape[0] * q.shape[2]}); "
+                         f"got {len(scale)}")
     return (_deinterleave(q).astype(np.float32) * scale[:, None]).T
 
 
@@ -261,7 +277,12 @@ def quantize_int4_rows(w) -> tuple[np.ndarray, np.ndarray]:
 
 def dequantize_int4_rows(packed: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """Inverse of quantize_int4_rows: fp32 (K, N)."""
-    rows = _deinterleave(packed)
+    packed = arguments.finite_array("packed", packed, ndim=4, integer=True, minimum=0, maximum=255)
+    scale = arguments.finite_array("scale", scale, ndim=3, minimum=0, strict=True)
+    blocks = (packed.shape[0], 2 * packed.shape[1], packed.shape[2])
+    if scale.shape != blocks:
+        raise ValueError(f"scale must be {blocks}, one per block of packed; got {scale.shape}")
+    rows = _deinterleave(packed.astype(np.uint8, copy=False))
     n, half = rows.shape
     groups = rows.reshape(n, half // 32, 32)
     nibbles = np.concatenate([groups & 15, groups >> 4], axis=2).reshape(n, -1, INT4_BLOCK)
@@ -271,7 +292,7 @@ def dequantize_int4_rows(packed: np.ndarray, scale: np.ndarray) -> np.ndarray:
 
 def quantize_input(h) -> tuple[np.ndarray, float]:
     """The kernel's int8/int4 layer input: symmetric int8, one scale (h ~= xq * scale)."""
-    h = np.asarray(h, dtype=np.float32)
+    h = arguments.finite_array("h", h, ndim=1).astype(np.float32, copy=False)
     amax = float(np.abs(h).max())
     scale = np.float32(amax / 127 if amax > 0 else 1.0)
     return np.clip(np.rint(h / scale), -127, 127).astype(np.int8), float(scale)
@@ -279,6 +300,7 @@ def quantize_input(h) -> tuple[np.ndarray, float]:
 
 def emulate(stack, precision: str) -> np.ndarray:
     """The kernel's arithmetic in numpy (float64 sums), to check the C code against: (d_model,)."""
+    precision = arguments.precision("precision", precision, supported=WEIGHT_FORMATS)
     prepared = _prepare(stack, precision)
     h = stack.x.astype(np.float64)
     for weights, scale in prepared:
@@ -293,9 +315,11 @@ def emulate(stack, precision: str) -> np.ndarray:
 
 
 def _prepare(stack, precision: str) -> list[tuple[np.ndarray, np.ndarray | None]]:
-    if precision not in WEIGHT_FORMATS:
-        raise ValueError(f"precision must be one of {sorted(WEIGHT_FORMATS)}; got {precision!r}")
-    layers = [_square(w) for w in stack.layers]
+    precision = arguments.precision("precision", precision, supported=WEIGHT_FORMATS)
+    if not (hasattr(stack, "layers") and hasattr(stack, "x")):
+        raise ValueError(f"stack must have .layers and .x, as decode.make_stack() returns; got "
+                         f"{type(stack).__name__}")
+    layers = [_square(w, name=f"stack.layers[{i}]") for i, w in enumerate(stack.layers)]
     if any(w.shape != layers[0].shape for w in layers) or np.shape(stack.x) != (layers[0].shape[0],):
         raise ValueError("stack.layers must all be (d, d) and stack.x (d,)")
     if precision == "fp32":
@@ -322,9 +346,8 @@ def _bind(stack, precision: str, prepared, threads: int | None, lib: ctypes.CDLL
         import torch
 
         threads = torch.get_num_threads()
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads must be a positive integer; got {threads!r}")
-    lib = load() if lib is None else lib
+    threads = arguments.count("threads", threads, "threads")
+    lib = load() if lib is None else arguments.instance("lib", lib, ctypes.CDLL)
     d = stack.layers[0].shape[0]
     x = np.ascontiguousarray(stack.x, dtype=np.float32)
     out, work = np.empty(d, np.float32), np.empty(d, np.float32)

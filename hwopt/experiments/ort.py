@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hwopt import arguments
+
 OPT_LEVELS = ("disable", "basic", "extended", "all")
 WEIGHT_TYPES = ("qint8", "quint8")
 
@@ -33,6 +35,8 @@ _TEMP_DIRS: list[Path] = []  # folders made by temp_dir, removed when Python exi
 
 def temp_dir(prefix: str = "hwopt-onnx-") -> Path:
     """A fresh temporary folder for exported models (never inside the repository), removed at exit."""
+    if not isinstance(prefix, str) or any(c in prefix for c in "/\\"):
+        raise ValueError(f"prefix must be a str without slashes; got {prefix!r}")
     if not _TEMP_DIRS:
         atexit.register(remove_temp_dirs)
     folder = Path(tempfile.mkdtemp(prefix=prefix))
@@ -77,14 +81,21 @@ def export_onnx(
     """
     import torch
 
-    if not isinstance(model, torch.nn.Module):
-        raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    arguments.instance("model", model, torch.nn.Module)
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
+    arguments.instance("example_inputs", example_inputs, (tuple, list))
     example_inputs = tuple(example_inputs)
     if not example_inputs or not all(isinstance(t, torch.Tensor) for t in example_inputs):
         raise ValueError("example_inputs must be a non-empty tuple of tensors")
-    path = Path(path) if path is not None else temp_dir() / "model.onnx"
+    for i, t in enumerate(example_inputs):
+        arguments.finite_array(f"example_inputs[{i}]", t)
+    dynamic_batch = arguments.boolean("dynamic_batch", dynamic_batch)
+    if input_names is not None:
+        arguments.instance("input_names", input_names, (list, tuple))
+        for name in input_names:
+            arguments.text("input_names", name)
+    path = _path("path", path) if path is not None else temp_dir() / "model.onnx"
     if path.suffix != ".onnx":
         raise ValueError(f"path must end in .onnx, got {str(path)!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,11 +131,17 @@ def _drop_initializer_value_info(path: Path) -> None:
     onnx.save(model, str(path))
 
 
+def _path(name: str, path, *, existing: bool = False) -> Path:
+    """A str or Path argument as a Path; with existing, the file must be there."""
+    path = Path(arguments.instance(name, path, (str, Path)))
+    if existing and not path.is_file():
+        raise ValueError(f"{name} must be an existing .onnx file, got {str(path)!r}")
+    return path
+
+
 def file_size_bytes(path: str | Path) -> int:
     """Bytes on disk of an .onnx file plus any external-data files next to it."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"path must be an existing .onnx file, got {str(path)!r}")
+    path = _path("path", path, existing=True)
     import onnx
 
     size = path.stat().st_size
@@ -154,10 +171,12 @@ def session_options(
     """
     import onnxruntime as ort
 
-    if opt_level not in OPT_LEVELS:
-        raise ValueError(f"opt_level must be one of {OPT_LEVELS}, got {opt_level!r}")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be None or a positive int, got {threads!r}")
+    arguments.one_of("opt_level", opt_level, OPT_LEVELS)
+    if threads is not None:
+        arguments.count("threads", threads, "threads")
+    allow_spinning = arguments.boolean("allow_spinning", allow_spinning)
+    if optimized_model_path is not None:
+        _path("optimized_model_path", optimized_model_path)
     levels = {
         "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
         "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -178,16 +197,24 @@ def session_options(
 
 def providers_for(device: str = "cpu", available: Sequence[str] | None = None) -> list[str]:
     """Execution providers for a course device name: 'cuda' -> CUDA (+CPU fallback) when ORT has it."""
-    if available is None:
-        import onnxruntime as ort
-
-        available = ort.get_available_providers()
-    base = str(device).split(":")[0].lower()
-    if base not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"device must be 'cpu', 'cuda' or 'mps', got {device!r}")
+    base = device.split(":")[0].lower() if isinstance(device, str) else device
+    arguments.one_of("device", base, ("cpu", "cuda", "mps"))
+    available = _providers(available)
     if base == "cuda" and "CUDAExecutionProvider" in available:
         return ["CUDAExecutionProvider", "CPUExecutionProvider"]
     return ["CPUExecutionProvider"]
+
+
+def _providers(available) -> list[str]:
+    """The providers this onnxruntime offers (None), or the given list of provider names, checked."""
+    if available is None:
+        import onnxruntime as ort
+
+        return list(ort.get_available_providers())
+    arguments.instance("available", available, (list, tuple))
+    for name in available:
+        arguments.text("available", name)
+    return list(available)
 
 
 def make_session(
@@ -212,23 +239,35 @@ def make_session(
         shown = repr(str(model)) if isinstance(model, str | Path) else type(model).__name__
         raise ValueError(f"model must be an existing .onnx file or a serialized model's bytes, got {shown}")
     options = session_options(threads=threads, opt_level=opt_level)
-    return ort.InferenceSession(source, options, providers=list(providers or providers_for(device)))
+    device_providers = providers_for(device)
+    if providers is not None:
+        arguments.instance("providers", providers, (list, tuple))
+    return ort.InferenceSession(source, options, providers=list(providers or device_providers))
 
 
 def run(session, *inputs) -> np.ndarray:
     """First output of session for positional inputs (torch or numpy, float32), as numpy."""
+    _check_session(session)
     names = [i.name for i in session.get_inputs()]
     if len(inputs) != len(names):
         raise ValueError(f"inputs must match the model's {len(names)} inputs {names}, got {len(inputs)}")
     arrays = [x.detach().cpu().numpy() if hasattr(x, "detach") else x for x in inputs]
+    for i, a in enumerate(arrays):
+        arguments.finite_array(f"inputs[{i}]", a)
     feed = {n: np.ascontiguousarray(a, dtype=np.float32) for n, a in zip(names, arrays, strict=True)}
     return session.run(None, feed)[0]
+
+
+def _check_session(session) -> None:
+    if not (callable(getattr(session, "run", None)) and callable(getattr(session, "get_inputs", None))):
+        raise ValueError(f"session must be an onnxruntime.InferenceSession; got {type(session).__name__}")
 
 
 class Predictor:
     """Call an ORT session like a torch module: torch or numpy (batch, ...) in, numpy logits out."""
 
     def __init__(self, session):
+        _check_session(session)
         self.session = session
         self.input_name = session.get_inputs()[0].name
 
@@ -243,6 +282,8 @@ def optimized_graph(model_path: str | Path, opt_level: str = "all", *, threads: 
     import onnx
     import onnxruntime as ort
 
+    model_path = _path("model_path", model_path, existing=True)
+    arguments.one_of("opt_level", opt_level, OPT_LEVELS)
     with tempfile.TemporaryDirectory(prefix="hwopt-ort-opt-") as scratch:
         out = Path(scratch) / f"optimized_{opt_level}.onnx"
         options = session_options(threads=threads, opt_level=opt_level, optimized_model_path=out)
@@ -267,6 +308,8 @@ def node_counts(model) -> Counter:
 
 def new_node_types(before: Counter, after: Counter) -> list[str]:
     """Op types present after optimization but not before (the fused kernels), sorted."""
+    arguments.instance("before", before, Counter)
+    arguments.instance("after", after, Counter)
     return sorted(set(after) - set(before))
 
 
@@ -282,11 +325,12 @@ def quantize_dynamic(
     from onnxruntime.quantization import QuantType
     from onnxruntime.quantization import quantize_dynamic as ort_quantize_dynamic
 
-    if weight_type not in WEIGHT_TYPES:
-        raise ValueError(f"weight_type must be one of {WEIGHT_TYPES}, got {weight_type!r}")
-    if not Path(model_path).is_file():
-        raise ValueError(f"model_path must be an existing .onnx file, got {str(model_path)!r}")
-    out = Path(out_path) if out_path else temp_dir("hwopt-int8-") / f"dynamic_{weight_type}.onnx"
+    arguments.one_of("weight_type", weight_type, WEIGHT_TYPES)
+    model_path = _path("model_path", model_path, existing=True)
+    reduce_range = arguments.boolean("reduce_range", reduce_range)
+    per_channel = arguments.boolean("per_channel", per_channel)
+    out = _path("out_path", out_path) if out_path is not None else None
+    out = out or temp_dir("hwopt-int8-") / f"dynamic_{weight_type}.onnx"
     with _quiet():
         ort_quantize_dynamic(
             str(model_path),
@@ -302,13 +346,13 @@ class ArrayCalibrationReader:
     """Feeds calibration batches (n, ...) float32 to ORT static quantization, batch_size rows at a time."""
 
     def __init__(self, input_name: str, data, batch_size: int = 32):
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        arguments.text("input_name", input_name)
+        batch_size = arguments.count("batch_size", batch_size, "batch")
         if hasattr(data, "detach"):
             data = data.detach().cpu().numpy()
-        data = np.asarray(data, dtype=np.float32)
-        if data.ndim < 1 or len(data) == 0:
-            raise ValueError("data must hold at least one calibration example")
+        data = np.asarray(arguments.finite_array("data", data), dtype=np.float32)
+        if data.ndim < 1:
+            raise ValueError("data must hold at least one calibration example (n, ...)")
         self.input_name = input_name
         self.batches = [data[i : i + batch_size] for i in range(0, len(data), batch_size)]
         self._iter = iter(self.batches)
@@ -349,11 +393,16 @@ def quantize_static(
     from onnxruntime.quantization import QuantFormat, QuantType
     from onnxruntime.quantization import quantize_static as ort_quantize_static
 
-    if not Path(model_path).is_file():
-        raise ValueError(f"model_path must be an existing .onnx file, got {str(model_path)!r}")
+    model_path = _path("model_path", model_path, existing=True)
+    per_channel = arguments.boolean("per_channel", per_channel)
+    reduce_range = arguments.boolean("reduce_range", reduce_range)
     input_name = onnx.load(str(model_path), load_external_data=False).graph.input[0].name
-    reader = ArrayCalibrationReader(input_name, calibration_data, batch_size)
-    out = Path(out_path) if out_path else temp_dir("hwopt-int8-") / "static_int8.onnx"
+    batch_size = arguments.count("batch_size", batch_size, "batch")
+    def reader_of(data):
+        return ArrayCalibrationReader(input_name, data, batch_size)
+
+    reader = arguments.named("calibration_data", reader_of, calibration_data)
+    out = temp_dir("hwopt-int8-") / "static_int8.onnx" if out_path is None else _path("out_path", out_path)
     with _quiet():
         ort_quantize_static(
             str(model_path),
@@ -373,8 +422,8 @@ def linear_model(weight, path: str | Path | None = None) -> Path:
     import onnx
     from onnx import helper, numpy_helper
 
-    weight = np.asarray(weight)
-    if weight.ndim != 2 or weight.dtype != np.float32:
+    weight = arguments.finite_array("weight", weight, ndim=2)
+    if weight.dtype != np.float32:
         raise ValueError(f"weight must be a 2-D float32 array (in, out), got {weight.dtype} {weight.shape}")
     n_in, n_out = weight.shape
     graph = helper.make_graph(
@@ -385,7 +434,7 @@ def linear_model(weight, path: str | Path | None = None) -> Path:
         [numpy_helper.from_array(weight, "weight")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-    path = Path(path) if path is not None else temp_dir() / "linear.onnx"
+    path = _path("path", path) if path is not None else temp_dir() / "linear.onnx"
     onnx.save(model, str(path))
     return path
 
@@ -404,11 +453,11 @@ def int8_saturation_probe(
 
     Without VNNI, signed int8 weights (u8 x s8 pairs summed in 16 bits) saturate; 7-bit or u8 weights do not.
     """
-    if isinstance(n_features, bool) or not isinstance(n_features, int) or n_features < 2:
-        raise ValueError(f"n_features must be an int >= 2, got {n_features!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    rng = np.random.default_rng(seed)
+    n_features = arguments.count("n_features", n_features, "dimension", minimum=2)
+    batch_size = arguments.count("batch_size", batch_size, "batch")
+    if threads is not None:
+        arguments.count("threads", threads, "threads")
+    rng = np.random.default_rng(arguments.count("seed", seed, "seed", minimum=0))
     bound = 1.0 / np.sqrt(n_features)
     weight = rng.uniform(-bound, bound, (n_features, n_features)).astype(np.float32)
     x = rng.standard_normal((batch_size, n_features)).astype(np.float32)
@@ -439,11 +488,9 @@ def tensorrt_status(
     """
     import importlib.util
 
-    if available is None:
-        import onnxruntime as ort
-
-        available = ort.get_available_providers()
-    available = list(available)
+    available = _providers(available)
+    if gpu is not None:
+        arguments.boolean("gpu", gpu)
     if gpu is None:
         import torch
 
@@ -479,8 +526,10 @@ def tensorrt_fp16_session(
     """An ORT session on TensorRT with FP16 enabled; ValueError saying why when TensorRT is absent."""
     import onnxruntime as ort
 
-    if available is None:
-        available = ort.get_available_providers()
+    model_path = _path("model_path", model_path, existing=True)
+    if cache_dir is not None:
+        _path("cache_dir", cache_dir)
+    available = _providers(available)
     if "TensorrtExecutionProvider" not in available:
         raise ValueError(
             "TensorrtExecutionProvider is not in this onnxruntime's providers "
@@ -505,10 +554,11 @@ def tensorrt_fp16_check(
 
     Returns {'session', 'relative_error' (max |out - ref| / max |ref|), 'ok' (error <= tolerance)}.
     """
-    if not tolerance > 0:
-        raise ValueError(f"tolerance must be positive, got {tolerance!r}")
+    tolerance = arguments.positive("tolerance", tolerance)
+    arguments.finite_array("x", x)
+    ref = arguments.finite_array("reference", reference)
+    ref = ref.detach().cpu().numpy() if hasattr(ref, "detach") else np.asarray(ref)
     session = tensorrt_fp16_session(model_path, available=available)
     out = run(session, x)
-    ref = reference.detach().cpu().numpy() if hasattr(reference, "detach") else np.asarray(reference)
     error = float(np.abs(out - ref).max() / max(float(np.abs(ref).max()), 1e-12))
     return {"session": session, "relative_error": error, "ok": error <= tolerance}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from hwopt import formats
+from hwopt import arguments, formats
 from hwopt.experiments.classifier import Digits, accuracy
 
 HALF_AND_FULL = ("fp32", "fp16", "bf16")  # the float formats in_dtype runs a model in
@@ -31,9 +31,8 @@ def bytes_per_weight(precision: str | int) -> float:
     return precision / 8
 
 
-def _check_bits(bits: int) -> None:
-    if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 16:
-        raise ValueError(f"bits must be an int from 2 to 16, got {bits!r}")
+def _check_bits(bits: int, name: str = "bits") -> int:
+    return arguments.between(name, bits, 2, 16, integer=True)
 
 
 def levels(bits: int, *, symmetric: bool = True) -> int:
@@ -61,8 +60,12 @@ class Quantized:
 def quantize(w: torch.Tensor, bits: int, *, per_channel: bool = False, symmetric: bool = True) -> Quantized:
     """Quantize a float tensor to `bits`-bit integer codes (per-tensor, or per row when per_channel)."""
     _check_bits(bits)
-    if not isinstance(w, torch.Tensor) or not w.is_floating_point() or w.numel() == 0:
-        raise ValueError("w must be a non-empty floating-point tensor")
+    arguments.instance("w", w, torch.Tensor)
+    if not w.is_floating_point():
+        raise ValueError(f"w must be a floating-point tensor; got a tensor of {w.dtype}")
+    arguments.finite_array("w", w)
+    per_channel = arguments.boolean("per_channel", per_channel)
+    symmetric = arguments.boolean("symmetric", symmetric)
     if per_channel and w.dim() < 2:
         raise ValueError(f"per_channel needs w with >= 2 dims (out, in, ...), got shape {tuple(w.shape)}")
     w = w.detach().float()
@@ -94,9 +97,8 @@ def quantization_error(
     w: torch.Tensor, bits: int, *, per_channel: bool = False, symmetric: bool = True
 ) -> torch.Tensor:
     """Absolute error |w - fake_quantize(w)|, same shape as w: the heat-map of lesson 4."""
-    return (
-        w.detach().float() - fake_quantize(w, bits, per_channel=per_channel, symmetric=symmetric).float()
-    ).abs()
+    rounded = fake_quantize(w, bits, per_channel=per_channel, symmetric=symmetric).float()
+    return (w.detach().float() - rounded).abs()
 
 
 def error_summary(w: torch.Tensor, bits: int, *, per_channel: bool = False, symmetric: bool = True) -> dict:
@@ -112,6 +114,7 @@ def error_summary(w: torch.Tensor, bits: int, *, per_channel: bool = False, symm
 
 def linear_layers(model: nn.Module) -> dict[str, nn.Linear]:
     """The model's nn.Linear layers by name, in order ('0', '2', '4' for an nn.Sequential MLP)."""
+    arguments.instance("model", model, nn.Module)
     layers = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     if not layers:
         raise ValueError("model has no nn.Linear layers to quantize")
@@ -119,7 +122,7 @@ def linear_layers(model: nn.Module) -> dict[str, nn.Linear]:
 
 
 def _check_keep(model: nn.Module, keep: Iterable[str]) -> set[str]:
-    keep = set(keep)
+    keep = set(arguments.instance("keep", keep, (list, tuple, set, frozenset)))
     unknown = keep - set(linear_layers(model))
     if unknown:
         raise ValueError(
@@ -140,8 +143,10 @@ def quantize_model_weights(
     """A copy of model, Linear weights fake-quantized to `bits`; layers in keep at keep_bits (None: FP32)."""
     _check_bits(bits)
     if keep_bits is not None:
-        _check_bits(keep_bits)
+        _check_bits(keep_bits, "keep_bits")
     keep = _check_keep(model, keep)
+    arguments.boolean("per_channel", per_channel)
+    arguments.boolean("symmetric", symmetric)
     quantized = copy.deepcopy(model).eval()
     with torch.no_grad():
         for name, layer in linear_layers(quantized).items():
@@ -163,8 +168,10 @@ def model_size_bytes(
 ) -> int:
     """Bytes to store the model: Linear weights at `bits` or a format (kept layers at keep_bits), rest FP32,
     + scales (a block format's own; below 16 bits a float32 scale and int32 zero point per tensor or row)."""
-    bits = bytes_per_weight(bits) * 8
+    bits = arguments.named("bits", bytes_per_weight, bits) * 8
     keep = _check_keep(model, keep)
+    keep_bits = arguments.between("keep_bits", keep_bits, 1, 32, integer=True)
+    per_channel = arguments.boolean("per_channel", per_channel)
     layers = linear_layers(model)
     weight_ids = {id(layer.weight) for layer in layers.values()}
     total_bits = sum(p.numel() * 32 for p in model.parameters() if id(p) not in weight_ids)
@@ -186,7 +193,10 @@ def accuracy_vs_bits(
     keep: Iterable[str] = (),
 ) -> dict[int, float]:
     """Test accuracy (0..1) with every Linear weight fake-quantized at each bit width: the accuracy cliff."""
-    keep = tuple(keep)
+    arguments.instance("data", data, Digits)
+    bits_list = arguments.finite_array("bits_list", bits_list, ndim=1, integer=True, minimum=2,
+                                       maximum=16).tolist()
+    keep = tuple(_check_keep(model, keep))
     return {
         bits: accuracy(
             quantize_model_weights(model, bits, per_channel=per_channel, symmetric=symmetric, keep=keep),
@@ -201,6 +211,8 @@ def layer_sensitivity(
     model: nn.Module, data: Digits, bits: int = 2, *, per_channel: bool = False, symmetric: bool = True
 ) -> dict[str, float]:
     """Test accuracy (0..1) when only one Linear layer is quantized to `bits`: which layer is fragile."""
+    arguments.instance("data", data, Digits)
+    _check_bits(bits)
     names = list(linear_layers(model))
     return {
         name: accuracy(
@@ -220,6 +232,10 @@ def layer_sensitivity(
 
 def in_dtype(model: nn.Module, precision: str, device: str = "cpu") -> Callable[[torch.Tensor], torch.Tensor]:
     """A predictor running a copy of model in 'fp32', 'fp16' or 'bf16' on device (input moved and cast)."""
+    from hwopt.machine import bench
+
+    arguments.instance("model", model, nn.Module)
+    device = bench.resolve_device(device)
     name = formats.get(precision, argument="precision").name
     if name not in HALF_AND_FULL:
         raise ValueError(f"precision must be one of {', '.join(HALF_AND_FULL)}, got {precision!r}")
@@ -276,6 +292,7 @@ def torch_dynamic_int8(model: nn.Module, api: str | None = None) -> nn.Module:
     api = api or torch_int8_api().split()[0]
     if api not in ("torchao", "torch.ao"):
         raise ValueError(f"api must be 'torchao', 'torch.ao' or None, got {api!r}")
+    arguments.instance("model", model, nn.Module)
     copied = copy.deepcopy(model).cpu().eval()
     if api == "torchao":
         with _quiet_loggers("torchao", "torch.utils._pytree"):
@@ -311,13 +328,26 @@ def compare_variants(
     from hwopt.experiments.classifier import agreement
     from hwopt.machine import bench
 
+    arguments.instance("predictors", predictors, Mapping)
     if not predictors:
         raise ValueError("predictors must name at least one variant")
+    for name, fn in predictors.items():
+        arguments.function(f"predictors[{name!r}]", fn)
+    arguments.instance("data", data, Digits)
+    if sizes_bytes is not None:
+        arguments.instance("sizes_bytes", sizes_bytes, Mapping)
+        for name, size in sizes_bytes.items():
+            arguments.positive(f"sizes_bytes[{name!r}]", size)
+    if reference is not None:
+        arguments.one_of("reference", reference, predictors)
     reference = reference or next(iter(predictors))
-    if reference not in predictors:
-        raise ValueError(f"reference must be one of {list(predictors)}, got {reference!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    batch_size = arguments.count("batch_size", batch_size, "batch")
+    if timed is not None:
+        arguments.instance("timed", timed, (list, tuple, set))
+        for name in timed:
+            arguments.one_of("timed", name, predictors)
+    device = bench.resolve_device(device)
+    arguments.count("repeats", repeats, "repeats")
     timed = list(predictors if timed is None else timed)
     x = data.x_test[:batch_size]
     with warnings.catch_warnings():
@@ -340,6 +370,9 @@ def compare_variants(
 
 def format_variants(rows: list[dict]) -> str:
     """The compare_variants rows as an aligned text table (kB, ms per batch with IQR, %)."""
+    arguments.instance("rows", rows, (list, tuple))
+    for i, row in enumerate(rows):
+        arguments.instance(f"rows[{i}]", row, dict)
     lines = [f"{'variant':<28}{'size (kB)':>10}{'ms/batch':>10}{'IQR':>8}{'accuracy':>10}{'agrees':>8}"]
     for r in rows:
         size = f"{r['size_bytes'] / 1e3:.1f}" if r["size_bytes"] else "-"
@@ -353,8 +386,9 @@ def format_variants(rows: list[dict]) -> str:
 
 def half_precision_verdict(fp32_flops: float, half_flops: float, precision: str = "fp16") -> str:
     """One sentence explaining a measured FP32 vs FP16/BF16 matmul speed (FLOP/s each)."""
-    if not fp32_flops > 0 or not half_flops > 0:
-        raise ValueError(f"fp32_flops and half_flops must be positive, got {fp32_flops!r} and {half_flops!r}")
+    arguments.positive("fp32_flops", fp32_flops)
+    arguments.positive("half_flops", half_flops)
+    arguments.text("precision", precision)
     ratio = fp32_flops / half_flops
     if ratio > 3:
         return (
@@ -377,8 +411,10 @@ def int8_saturation_verdict(
     max_error_signed: float, max_error_reduced: float, has_vnni: bool | None = None
 ) -> str:
     """Explain measured max |logit error| of signed-int8 weights vs reduce_range (7-bit) weights."""
-    if max_error_signed < 0 or max_error_reduced < 0:
-        raise ValueError("max errors must be >= 0")
+    arguments.positive("max_error_signed", max_error_signed, allow_zero=True)
+    arguments.positive("max_error_reduced", max_error_reduced, allow_zero=True)
+    if has_vnni is not None:
+        arguments.boolean("has_vnni", has_vnni)
     vnni = {True: "This CPU has VNNI", False: "This CPU has no VNNI", None: "Without knowing about VNNI"}[
         has_vnni
     ]
@@ -408,6 +444,8 @@ def plot_error_map(
 
     from hwopt import plots
 
+    if accuracy_value is not None:
+        arguments.fraction("accuracy_value", accuracy_value, allow_zero=True)
     err = quantization_error(w, bits, per_channel=per_channel, symmetric=symmetric)
     s = error_summary(w, bits, per_channel=per_channel, symmetric=symmetric)
     title = (
@@ -429,8 +467,16 @@ def plot_accuracy_cliff(curves: Mapping[str, Mapping[int, float]], reference: fl
     """Test accuracy (%) vs weight bits, one line per scheme ({'per-tensor': {8: 0.97, ...}, ...})."""
     from hwopt import plots
 
+    arguments.instance("curves", curves, Mapping)
     if not curves:
         raise ValueError("curves must map a scheme name to {bits: accuracy}")
+    for label, by_bits in curves.items():
+        arguments.instance(f"curves[{label!r}]", by_bits, Mapping)
+        for bits, value in by_bits.items():
+            arguments.between(f"curves[{label!r}] bits", bits, 1, 32, integer=True)
+            arguments.fraction(f"curves[{label!r}][{bits}]", value, allow_zero=True)
+    if reference is not None:
+        arguments.fraction("reference", reference, allow_zero=True)
     ax = plots.axes("weight bits", "test accuracy (%)", title="The accuracy cliff", ax=ax)
     for k, (label, by_bits) in enumerate(curves.items()):
         bits = sorted(by_bits)
@@ -447,9 +493,8 @@ def precision_explorer(model: nn.Module, data: Digits, layer: str | None = None)
     from hwopt import widgets
 
     layers = linear_layers(model)
-    layer = layer if layer is not None else next(iter(layers))
-    if layer not in layers:
-        raise ValueError(f"layer must be one of {list(layers)}, got {layer!r}")
+    arguments.instance("data", data, Digits)
+    layer = next(iter(layers)) if layer is None else arguments.one_of("layer", layer, layers)
 
     def show(bits, granularity, mode):
         per_channel, symmetric = granularity == "per-channel", mode == "symmetric"

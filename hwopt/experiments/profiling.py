@@ -11,6 +11,7 @@ torch.profiler.record_function: data, preprocess, compute.
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
 import time
 from collections.abc import Callable
@@ -22,10 +23,12 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from hwopt import arguments
 from hwopt.machine import bench
 
 CATEGORIES = ("data", "preprocess", "compute")
 TRACE_DIR = Path("artifacts") / "traces"  # git-ignored
+IO_MS_MAX = 1e3 * arguments.LIMITS["seconds"]  # the longest simulated read per item, ms
 
 
 @dataclass(frozen=True)
@@ -40,18 +43,14 @@ class Pipeline:
     threads: int | None = 1  # torch threads for the model: a tiny model gains nothing from more
 
     def __post_init__(self):
-        if self.raw.ndim != 2 or len(self.raw) == 0:
-            raise ValueError(f"raw must be a non-empty 2-D array (n_items, n_features), got {self.raw.shape}")
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {self.batch_size!r}")
-        if not self.io_ms >= 0:
-            raise ValueError(f"io_ms must be >= 0 milliseconds, got {self.io_ms!r}")
-        if self.threads is not None and (
-            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
-        ):
-            raise ValueError(
-                f"threads must be None (torch's setting) or a positive int, got {self.threads!r}"
-            )
+        arguments.instance("model", self.model, torch.nn.Module)
+        arguments.instance("raw", self.raw, np.ndarray)
+        arguments.finite_array("raw", self.raw, ndim=2, integer=True, minimum=0, maximum=255)
+        arguments.count("batch_size", self.batch_size, "batch")
+        arguments.positive("io_ms", self.io_ms, allow_zero=True, maximum=IO_MS_MAX)
+        bench.resolve_device(self.device)
+        if self.threads is not None:
+            arguments.count("threads", self.threads, "threads")
 
 
 def make_pipeline(
@@ -65,9 +64,11 @@ def make_pipeline(
     threads: int | None = 1,
 ) -> Pipeline:
     """A pipeline over random 8-bit 'images' (n_items, n_features) and an MLP n_features -> hidden -> 10."""
-    if isinstance(n_items, bool) or not isinstance(n_items, int) or n_items < 1:
-        raise ValueError(f"n_items must be a positive int, got {n_items!r}")
-    rng = np.random.default_rng(seed)
+    n_items = arguments.count("n_items", n_items, "items")
+    n_features = arguments.count("n_features", n_features, "dimension")
+    hidden = arguments.count("hidden", hidden, "dimension")
+    device = bench.resolve_device(device)
+    rng = np.random.default_rng(arguments.count("seed", seed, "seed", minimum=0))
     raw = rng.integers(0, 256, size=(n_items, n_features), dtype=np.uint8)
     torch.manual_seed(seed)
     model = (
@@ -86,6 +87,8 @@ def make_pipeline(
 
 def read_item(p: Pipeline, i: int) -> np.ndarray:
     """One item's raw bytes after waiting io_ms (the simulated storage read)."""
+    arguments.instance("p", p, Pipeline)
+    i = arguments.between("i", i, 0, len(p.raw) - 1, integer=True)
     if p.io_ms > 0:
         time.sleep(p.io_ms / 1e3)
     return p.raw[i].copy()
@@ -93,11 +96,13 @@ def read_item(p: Pipeline, i: int) -> np.ndarray:
 
 def preprocess_item(raw: np.ndarray) -> list[float]:
     """Scale one item to [-1, 1] value by value in Python (the per-item overhead of the slow pipeline)."""
+    raw = arguments.finite_array("raw", raw, ndim=1, integer=True, minimum=0, maximum=255)
     return [v / 127.5 - 1.0 for v in raw.tolist()]
 
 
 def preprocess_batch(raw: np.ndarray) -> np.ndarray:
     """The same scaling on a whole batch (batch, n_features) at once with numpy, float32."""
+    raw = arguments.finite_array("raw", raw, ndim=2, integer=True, minimum=0, maximum=255)
     return raw.astype(np.float32) / np.float32(127.5) - np.float32(1.0)
 
 
@@ -114,8 +119,10 @@ def run_pipeline(
     threads overlap the reads only because they sleep while waiting on storage.
     batched: preprocess with numpy and call the model once per batch (else per item, in Python).
     """
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    arguments.instance("p", p, Pipeline)
+    prefetch = arguments.boolean("prefetch", prefetch)
+    batched = arguments.boolean("batched", batched)
+    workers = arguments.count("workers", workers, "threads")
     outputs = []
     model_threads = bench.threads(p.threads) if p.threads else contextlib.nullcontext()
     with ThreadPoolExecutor(max_workers=workers) as pool, torch.inference_mode(), model_threads:
@@ -144,26 +151,26 @@ def run_pipeline(
 
 def slow_pipeline(p: Pipeline) -> torch.Tensor:
     """Sequential reads, per-item Python preprocessing, batch-1 model calls -> logits (n_items, 10)."""
+    arguments.instance("p", p, Pipeline)
     return run_pipeline(p)
 
 
 def fixed_pipeline(p: Pipeline, workers: int = 8) -> torch.Tensor:
     """Concurrent prefetched reads, batched numpy preprocessing, batched model calls -> logits (n, 10)."""
+    arguments.instance("p", p, Pipeline)
     return run_pipeline(p, prefetch=True, batched=True, workers=workers)
 
 
 def profiler_activities(device: str = "cpu") -> list:
     """What torch.profiler records: the CPU, plus CUDA kernels when device is a CUDA GPU."""
-    base = str(device).split(":")[0]
-    if base not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"device must be 'cpu', 'cuda' or 'mps', got {device!r}")
+    base = device.split(":")[0] if isinstance(device, str) else device
+    arguments.one_of("device", base, ("cpu", "cuda", "mps"))
     return [ProfilerActivity.CPU, ProfilerActivity.CUDA] if base == "cuda" else [ProfilerActivity.CPU]
 
 
 def run_profiled(fn: Callable[[], object], device: str = "cpu") -> tuple[object, float]:
     """Run fn once under torch.profiler -> (profile, wall_ms of fn alone, profiler start-up excluded)."""
-    if not callable(fn):
-        raise ValueError(f"fn must be callable with no arguments, got {type(fn).__name__}")
+    arguments.function("fn", fn)
     with profile(activities=profiler_activities(device)) as prof:
         start = time.perf_counter()
         fn()
@@ -174,34 +181,56 @@ def run_profiled(fn: Callable[[], object], device: str = "cpu") -> tuple[object,
 
 def time_by_category_ms(prof, wall_ms: float | None = None) -> dict[str, float]:
     """Milliseconds per labelled region (data, preprocess, compute), + 'other' when wall_ms is given."""
+    _check_profile(prof)
+    if wall_ms is not None:
+        arguments.positive("wall_ms", wall_ms, allow_zero=True)
     totals = {name: 0.0 for name in CATEGORIES}
     for event in prof.key_averages():
         if event.key in totals:
             totals[event.key] += event.cpu_time_total / 1e3
     if wall_ms is not None:
-        if not wall_ms >= 0:
-            raise ValueError(f"wall_ms must be >= 0, got {wall_ms!r}")
         totals["other"] = max(0.0, wall_ms - sum(totals.values()))
     return totals
 
 
+def _check_profile(prof) -> None:
+    if not callable(getattr(prof, "key_averages", None)):
+        raise ValueError(f"prof must be a torch.profiler profile, as run_profiled returns; got "
+                         f"{type(prof).__name__}")
+
+
+def _check_times(times_ms, name: str = "times_ms") -> dict[str, float]:
+    """A {category: ms} mapping: non-empty, every time finite and >= 0, some time in all."""
+    arguments.instance(name, times_ms, dict)
+    if not times_ms:
+        raise ValueError(f"{name} must name at least one category")
+    for category, ms in times_ms.items():
+        arguments.text(f"{name} category", category)
+        arguments.positive(f"{name}[{category!r}]", ms, allow_zero=True)
+    if not sum(times_ms.values()) > 0:
+        raise ValueError(f"{name} must hold some time (a total > 0 ms); got {times_ms!r}")
+    return times_ms
+
+
 def hotspot(times_ms: dict[str, float]) -> str:
     """The category that took longest: fix this one first."""
-    if not times_ms:
-        raise ValueError("times_ms must name at least one category")
+    _check_times(times_ms)
     return max(times_ms, key=times_ms.get)
 
 
 def key_averages_table(prof, row_limit: int = 10) -> str:
     """The profiler's table sorted by total CPU time, top row_limit rows."""
+    _check_profile(prof)
+    row_limit = arguments.count("row_limit", row_limit, "items")
     return prof.key_averages().table(sort_by="cpu_time_total", row_limit=row_limit)
 
 
 def save_trace(prof, name: str = "pipeline", folder: str | Path = TRACE_DIR) -> Path:
     """Write a Chrome/Perfetto trace (JSON) to folder/name.json (git-ignored by default); returns the path."""
-    if not name or any(c in name for c in "/\\"):
+    if not isinstance(name, str) or not name.strip() or any(c in name for c in "/\\"):
         raise ValueError(f"name must be a plain file name without slashes, got {name!r}")
-    folder = Path(folder)
+    folder = Path(arguments.instance("folder", folder, (str, Path)))
+    _check_profile(prof)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.json"
     prof.export_chrome_trace(str(path))
@@ -212,8 +241,11 @@ def plot_time_by_category(by_pipeline: dict[str, dict[str, float]], ax=None):
     """Stacked horizontal bars: ms per category for each pipeline ({'slow': {...}, 'fixed': {...}})."""
     from hwopt import plots
 
+    arguments.instance("by_pipeline", by_pipeline, dict)
     if not by_pipeline:
         raise ValueError("by_pipeline must hold at least one pipeline's times")
+    for name, times in by_pipeline.items():
+        _check_times(times, f"by_pipeline[{name!r}]")
     ax = plots.axes("time (ms)", "pipeline", title="Where the time goes", ax=ax)
     names = list(by_pipeline)
     categories = list(dict.fromkeys(c for times in by_pipeline.values() for c in times))
@@ -229,17 +261,16 @@ def plot_time_by_category(by_pipeline: dict[str, dict[str, float]], ax=None):
 
 def amdahl(times_ms: dict[str, float], category: str, factor: float) -> dict[str, float]:
     """The times after making one category `factor` times faster (the others unchanged), ms."""
-    if category not in times_ms:
-        raise ValueError(f"category must be one of {list(times_ms)}, got {category!r}")
-    if not factor > 0:
-        raise ValueError(f"factor must be positive, got {factor!r}")
+    _check_times(times_ms)
+    arguments.one_of("category", category, times_ms)
+    factor = arguments.positive("factor", factor)
     return {k: v / factor if k == category else v for k, v in times_ms.items()}
 
 
 def overall_speedup(times_ms: dict[str, float], category: str, factor: float) -> float:
     """Amdahl's law: total before / total after speeding one category up by factor."""
     after = sum(amdahl(times_ms, category, factor).values())
-    return sum(times_ms.values()) / after if after > 0 else float("inf")
+    return sum(times_ms.values()) / after if after > 0 else math.inf  # all the time was in that category
 
 
 def plot_amdahl(times_ms: dict[str, float], category: str, factor: float, ax=None):
@@ -254,8 +285,7 @@ def amdahl_explorer(times_ms: dict[str, float]):
     """Sliders (which category, how much faster) over plot_amdahl: optimize what the profile says."""
     from hwopt import widgets
 
-    if not times_ms:
-        raise ValueError("times_ms must name at least one category")
+    _check_times(times_ms)
     return widgets.explore(
         plot_amdahl,
         times_ms=times_ms,
@@ -271,8 +301,8 @@ def nsys_available() -> bool:
 
 def nsys_command(script: str = "train.py", output: str = "pipeline_report") -> list[str]:
     """The Nsight Systems command line that profiles `python script` (CUDA, NVTX, OS runtime, CPU samples)."""
-    if not script or not output:
-        raise ValueError("script and output must be non-empty")
+    arguments.text("script", script)
+    arguments.text("output", output)
     return [
         "nsys",
         "profile",
@@ -290,6 +320,11 @@ def run_nsys(script: str | Path, output: str | Path, timeout_s: float = 300) -> 
     """Profile `python script` with Nsight Systems, then return `nsys stats` text (needs nsys on PATH)."""
     import subprocess
 
+    arguments.instance("script", script, (str, Path))
+    arguments.instance("output", output, (str, Path))
+    arguments.text("script", str(script))
+    arguments.text("output", str(output))
+    timeout_s = arguments.positive("timeout_s", timeout_s, maximum=arguments.LIMITS["seconds"])
     if not nsys_available():
         raise ValueError("nsys is not on PATH: install NVIDIA Nsight Systems (CUDA toolkit) to run it live")
     subprocess.run(nsys_command(str(script), str(output)), check=True, capture_output=True, timeout=timeout_s)
@@ -301,8 +336,7 @@ def run_nsys(script: str | Path, output: str | Path, timeout_s: float = 300) -> 
 
 def nsys_stats_command(output: str = "pipeline_report") -> list[str]:
     """The command that summarises an Nsight Systems report: top CUDA kernels and NVTX ranges."""
-    if not output:
-        raise ValueError("output must be non-empty")
+    arguments.text("output", output)
     return ["nsys", "stats", "--report", "cuda_gpu_kern_sum,nvtx_sum", f"{output}.nsys-rep"]
 
 
@@ -330,7 +364,7 @@ with torch.autograd.profiler.emit_nvtx(record_shapes=False):
 def write_pipeline_script(path: str | Path) -> Path:
     """Write the GPU pipeline script for nsys (slow and fixed runs, their record_function regions as NVTX
     ranges under emit_nvtx); returns its path."""
-    path = Path(path)
+    path = Path(arguments.instance("path", path, (str, Path)))
     if path.suffix != ".py":
         raise ValueError(f"path must end in .py, got {str(path)!r}")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from hwopt import plots
+from hwopt import arguments, plots
 from hwopt.cost import roofline
-from hwopt.machine import probe
+from hwopt.machine import bench, probe
 
 MATMUL_SIZES: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048)
 
@@ -22,9 +22,11 @@ def matmul_sweep(sizes: Sequence[int] = MATMUL_SIZES, device="cpu", dtype="float
     """Best measured FLOP/s (2 n^3 per product) of an n x n matmul at each size, via probe.matmul_flops."""
     from tqdm.auto import tqdm
 
-    sizes = list(sizes)
-    if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
-        raise ValueError(f"sizes must be a non-empty list of positive integers; got {sizes!r}")
+    sizes = arguments.finite_array("sizes", sizes, ndim=1, integer=True, minimum=1,
+                                   maximum=arguments.LIMITS["dimension"]).tolist()
+    device = bench.resolve_device(device)
+    probe.canonical_dtype(dtype)
+    progress = arguments.boolean("progress", progress)
     return [probe.matmul_flops(dtype, device, n=n)
             for n in tqdm(sizes, desc=f"matmul sizes on {device}", disable=not progress)]
 
@@ -32,6 +34,7 @@ def matmul_sweep(sizes: Sequence[int] = MATMUL_SIZES, device="cpu", dtype="float
 def predicted_matmul_flops(n: int, peak_flops: float, bandwidth_gbs: float, bytes_per_element: float = 4.0
                            ) -> float:
     """Roofline prediction for an n x n matmul: min(peak, intensity x bandwidth) FLOP/s (no overheads)."""
+    arguments.count("n", n, "dimension")
     intensity = roofline.intensity_gemm(n, n, n, bytes_per_element)
     return float(roofline.attainable_flops(intensity, peak_flops, bandwidth_gbs))
 
@@ -39,8 +42,16 @@ def predicted_matmul_flops(n: int, peak_flops: float, bandwidth_gbs: float, byte
 def plot_matmul_sweep(sizes: Sequence[int], flops_by_device: Mapping[str, Sequence[float]],
                       predicted: Sequence[float] | None = None, ax=None):
     """Measured GFLOP/s vs matrix size per device (log-log), optionally with the roofline prediction."""
+    sizes = arguments.finite_array("sizes", sizes, ndim=1, integer=True, minimum=1)
+    arguments.instance("flops_by_device", flops_by_device, Mapping)
     if not flops_by_device:
         raise ValueError("flops_by_device must map at least one device to its FLOP/s per size")
+    for device, flops in flops_by_device.items():
+        arguments.finite_array(f"flops_by_device[{device!r}]", flops, ndim=1, minimum=0, strict=True)
+    if predicted is not None:
+        predicted = arguments.finite_array("predicted", predicted, ndim=1, minimum=0, strict=True)
+        if len(predicted) != len(sizes):
+            raise ValueError(f"predicted must have one value per size ({len(sizes)}); got {len(predicted)}")
     ax = plots.axes("matrix size n (n x n @ n x n)", "throughput (GFLOP/s)", logx=True, logy=True, ax=ax,
                     title="Matmul throughput vs size")
     for i, (device, flops) in enumerate(flops_by_device.items()):
@@ -56,6 +67,7 @@ def plot_matmul_sweep(sizes: Sequence[int], flops_by_device: Mapping[str, Sequen
 
 def gemm_point(n: int, flops: float, bytes_per_element: float = 4.0) -> roofline.KernelPoint:
     """KernelPoint of an n x n x n matmul that achieved `flops` FLOP/s."""
+    arguments.count("n", n, "dimension")
     return roofline.KernelPoint(f"GEMM n={n}", roofline.intensity_gemm(n, n, n, bytes_per_element), flops)
 
 
@@ -63,8 +75,10 @@ def gemv_point(rows: int, cols: int, seconds: float, bytes_per_weight: float = 4
                layers: int = 1) -> roofline.KernelPoint:
     """KernelPoint of `layers` GEMVs (rows x cols weights each) that took `seconds` in all."""
     flop, _ = roofline.flops_bytes_gemv(rows, cols, bytes_per_weight=bytes_per_weight)
-    if not seconds > 0:
-        raise ValueError(f"seconds must be > 0; got {seconds!r}")
+    seconds = arguments.positive("seconds", seconds)
+    layers = arguments.count("layers", layers, "layers")
+    if label is not None:
+        arguments.text("label", label)
     intensity = roofline.intensity_gemv(rows, cols, bytes_per_weight)
     return roofline.KernelPoint(label or f"GEMV {rows}x{cols}", intensity, layers * flop / seconds)
 
@@ -72,13 +86,16 @@ def gemv_point(rows: int, cols: int, seconds: float, bytes_per_weight: float = 4
 def triad_point(bandwidth_gbs: float) -> roofline.KernelPoint:
     """KernelPoint of the elementwise triad a = b + 3c (2 FLOP per 12 bytes) streamed at bandwidth_gbs."""
     intensity = roofline.intensity_elementwise(flops_per_element=2.0)
-    if not bandwidth_gbs > 0:
-        raise ValueError(f"bandwidth_gbs must be > 0; got {bandwidth_gbs!r}")
+    bandwidth_gbs = arguments.positive("bandwidth_gbs", bandwidth_gbs)
     return roofline.KernelPoint("elementwise a = b + 3c", intensity, intensity * bandwidth_gbs * 1e9)
 
 
 def intensity_table(points: Sequence[roofline.KernelPoint], peak_flops: float, bandwidth_gbs: float) -> str:
     """Text table: intensity (FLOP/byte), achieved GFLOP/s, the roofline's attainable GFLOP/s, verdict."""
+    arguments.instance("points", points, (list, tuple))
+    for i, p in enumerate(points):
+        arguments.instance(f"points[{i}]", p, roofline.KernelPoint)
+    roofline.ridge_point(peak_flops, bandwidth_gbs)  # checks both
     lines = [f"{'kernel':28s} {'FLOP/byte':>10s} {'GFLOP/s':>9s} {'roof':>9s} {'of roof':>8s}  bound"]
     for p in points:
         roof = float(roofline.attainable_flops(p.intensity, peak_flops, bandwidth_gbs))

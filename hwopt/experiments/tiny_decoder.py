@@ -6,12 +6,11 @@ layer once on a single vector, so decode speed is bounded by memory bandwidth / 
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from hwopt import arguments
 from hwopt.machine import bench
 
 
@@ -20,6 +19,10 @@ class Block(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int):
         super().__init__()
+        arguments.count("d_model", d_model, "dimension")
+        arguments.count("n_heads", n_heads, "dimension")
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         self.n_heads = n_heads
         self.norm1 = nn.LayerNorm(d_model)
         self.qkv = nn.Linear(d_model, 3 * d_model)
@@ -51,10 +54,11 @@ class TinyDecoder(nn.Module):
     def __init__(self, vocab_size: int = 8192, d_model: int = 1024, n_layers: int = 4, n_heads: int = 8,
                  max_len: int = 512):
         super().__init__()
-        for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("n_layers", n_layers),
-                            ("n_heads", n_heads), ("max_len", max_len)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer; got {value!r}")
+        arguments.count("vocab_size", vocab_size, "dimension")
+        arguments.count("d_model", d_model, "dimension")
+        arguments.count("n_layers", n_layers, "layers")
+        arguments.count("n_heads", n_heads, "dimension")
+        arguments.count("max_len", max_len, "tokens")
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         self.max_len = max_len
@@ -82,21 +86,33 @@ class TinyDecoder(nn.Module):
 def make_tiny_decoder(vocab_size: int = 8192, d_model: int = 1024, n_layers: int = 4, n_heads: int = 8,
                       seed: int = 0, device="cpu") -> TinyDecoder:
     """A TinyDecoder with seeded random weights, in eval mode on `device`."""
-    torch.manual_seed(seed)
-    return TinyDecoder(vocab_size, d_model, n_layers, n_heads).eval().to(bench.resolve_device(device))
+    device = bench.resolve_device(device)
+    torch.manual_seed(arguments.count("seed", seed, "seed", minimum=0))
+    return TinyDecoder(vocab_size, d_model, n_layers, n_heads).eval().to(device)
 
 
 def weight_bytes_per_token(model: TinyDecoder) -> int:
     """Bytes of weights one decode step reads: everything except the embedding tables (one row each)."""
+    arguments.instance("model", model, TinyDecoder)
     embedded = {id(p) for m in (model.tok, model.pos) for p in m.parameters()}
     return sum(p.numel() * p.element_size() for p in model.parameters() if id(p) not in embedded)
+
+
+def _within_max_len(model: TinyDecoder, prompt_len: int, new_tokens, minimum: int = 1) -> None:
+    arguments.count("new_tokens", new_tokens, "tokens", minimum=minimum)
+    if prompt_len + new_tokens > model.max_len:
+        raise ValueError(f"new_tokens must be at most {model.max_len - prompt_len} after a prompt of "
+                         f"{prompt_len} (the model's max_len is {model.max_len}); got {new_tokens}")
 
 
 @torch.inference_mode()
 def generate(model: TinyDecoder, prompt, new_tokens: int):
     """Greedy decoding with the KV cache: prompt (batch, seq) -> (batch, seq + new_tokens) tokens."""
-    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
-        raise ValueError(f"new_tokens must be a positive integer; got {new_tokens!r}")
+    arguments.instance("model", model, TinyDecoder)
+    vocab = model.tok.num_embeddings
+    arguments.instance("prompt", prompt, torch.Tensor)
+    arguments.finite_array("prompt", prompt, ndim=2, integer=True, minimum=0, maximum=vocab - 1)
+    _within_max_len(model, prompt.shape[1], new_tokens)
     logits, caches = model(prompt)
     tokens = prompt
     for i in range(new_tokens):
@@ -110,7 +126,11 @@ def generate(model: TinyDecoder, prompt, new_tokens: int):
 def measure_decode(model: TinyDecoder, prompt_len: int = 16, new_tokens: int = 32, device="cpu",
                    repeats: int = 3) -> tuple[float, bench.Measurement]:
     """Measured single-stream decode speed (tokens/s) over new_tokens steps after a prompt, and the timing."""
+    arguments.instance("model", model, TinyDecoder)
+    arguments.count("prompt_len", prompt_len, "tokens")
+    _within_max_len(model, prompt_len, new_tokens, minimum=2)  # the first new token comes from the prefill
     device = bench.resolve_device(device)
+    arguments.count("repeats", repeats, "repeats")
     prompt = torch.randint(0, model.tok.num_embeddings, (1, prompt_len), device=device)
     with torch.inference_mode():
         logits, caches = model(prompt)  # prefill once; time only the token-by-token steps
@@ -131,8 +151,7 @@ def measure_decode(model: TinyDecoder, prompt_len: int = 16, new_tokens: int = 3
 
 def estimated_tokens_per_s(model: TinyDecoder, bandwidth_gbs: float) -> float:
     """Bandwidth-bound estimate: bandwidth / weight bytes per token (tokens/s)."""
-    if not math.isfinite(bandwidth_gbs) or bandwidth_gbs <= 0:
-        raise ValueError(f"bandwidth_gbs must be a positive number; got {bandwidth_gbs!r}")
+    bandwidth_gbs = arguments.positive("bandwidth_gbs", bandwidth_gbs)
     return bandwidth_gbs * 1e9 / weight_bytes_per_token(model)
 
 
@@ -151,8 +170,7 @@ def bound_report(model: TinyDecoder, measured_tokens_per_s: float, bandwidth_gbs
 
     context_len: the longest context of the measured steps (the K and V of every past token are read too).
     """
-    if not math.isfinite(measured_tokens_per_s) or measured_tokens_per_s <= 0:
-        raise ValueError(f"measured_tokens_per_s must be a positive number; got {measured_tokens_per_s!r}")
+    arguments.positive("measured_tokens_per_s", measured_tokens_per_s)
     bound = estimated_tokens_per_s(model, bandwidth_gbs)
     weights = weight_bytes_per_token(model)
     ratio = bound / measured_tokens_per_s

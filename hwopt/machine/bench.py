@@ -14,9 +14,11 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from hwopt import arguments
+
 NOISE_THRESHOLD = 0.15  # relative IQR (IQR / median) above which a measurement is called noisy
 TARGET_REPEAT_S = 0.010  # auto-picked `number` makes one repeat last at least this long (seconds)
-MAX_NUMBER = 1_000_000  # upper bound on auto-picked calls per repeat
+MAX_NUMBER = arguments.LIMITS["calls"]  # upper bound on calls per repeat, auto-picked or given
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
@@ -43,13 +45,10 @@ class Measurement:
     device: str = "cpu"
 
     def __post_init__(self):
-        times = tuple(float(t) for t in self.times_s)
-        if not times:
-            raise ValueError("times_s must hold at least one timing (seconds per call)")
-        if any(not math.isfinite(t) or t < 0 for t in times):
-            raise ValueError(f"times_s must be finite and >= 0 seconds; got {times}")
-        if not isinstance(self.number, int) or self.number < 1:
-            raise ValueError(f"number must be a positive integer (calls per repeat); got {self.number!r}")
+        arguments.text("label", self.label, allow_empty=True)
+        times = tuple(float(t) for t in arguments.finite_array("times_s", self.times_s, ndim=1, minimum=0))
+        arguments.count("number", self.number, "calls")
+        _check_device(self.device)
         object.__setattr__(self, "times_s", times)
 
     @property
@@ -132,15 +131,22 @@ def quantile(values: Sequence[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+def _check_device(device) -> tuple[str, str]:
+    """(name, base) of a device name such as 'cpu', 'cuda' or 'cuda:1', not asking whether it is present."""
+    is_torch_device = type(device).__module__ == "torch" and type(device).__name__ == "device"
+    name = str(device).strip().lower() if isinstance(device, str) or is_torch_device else ""
+    base, _, index = name.partition(":")
+    if base not in DEVICES or (":" in name and (base != "cuda" or not index.isdigit())):
+        choices = ", ".join(map(repr, DEVICES))
+        raise ValueError(f"device must be one of {choices} (or 'cuda:N'); got {device!r}")
+    return name, base
+
+
 def resolve_device(device="auto") -> str:
     """'auto' -> 'cuda' if available, else 'mps' if available, else 'cpu'; checks an explicit choice."""
     import torch
 
-    name = str(device).strip().lower()
-    base = name.split(":")[0]
-    if base not in DEVICES or (":" in name and base != "cuda"):
-        choices = ", ".join(map(repr, DEVICES))
-        raise ValueError(f"device must be one of {choices} (or 'cuda:N'); got {device!r}")
+    name, base = _check_device(device)
     mps_ok = bool(getattr(torch.backends, "mps", None)) and torch.backends.mps.is_available()
     if base == "auto":
         return "cuda" if torch.cuda.is_available() else "mps" if mps_ok else "cpu"
@@ -153,7 +159,7 @@ def resolve_device(device="auto") -> str:
 
 def sync(device="cpu") -> None:
     """Wait until queued work on `device` has finished (CUDA/MPS run asynchronously; CPU: no-op)."""
-    name = str(device).lower()
+    name, _ = _check_device(device)
     if name.startswith("cuda"):
         import torch
 
@@ -167,8 +173,7 @@ def sync(device="cpu") -> None:
 @contextlib.contextmanager
 def threads(n: int) -> Iterator[int]:
     """Run the block with `n` threads for torch and BLAS (numpy), restoring the previous settings after."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive integer number of threads; got {n!r}")
+    n = arguments.count("n", n, "threads")
     import torch
 
     previous = torch.get_num_threads()
@@ -187,14 +192,11 @@ def threads(n: int) -> Iterator[int]:
 
 
 def _check_common(warmup: int, repeats: int, number: int | None, clock) -> None:
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an integer >= 0; got {warmup!r}")
-    if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < 1):
-        raise ValueError(f"number must be None (auto) or an integer >= 1; got {number!r}")
-    if not callable(clock):
-        raise ValueError(f"clock must be callable returning seconds, e.g. time.perf_counter; got {clock!r}")
+    arguments.count("repeats", repeats, "repeats")
+    arguments.count("warmup", warmup, "repeats", minimum=0)
+    if number is not None:
+        arguments.count("number", number, "calls")
+    arguments.function("clock", clock)
 
 
 def _run(fn: Callable[[], object], number: int, device: str, clock) -> float:
@@ -260,14 +262,13 @@ def compare(
 
 def _measure(fns, device, warmup, repeats, number, clock, stacklevel: int,
              settle_s: float = 0.0) -> dict[str, Measurement]:
-    if not isinstance(fns, Mapping) or not fns:
+    arguments.instance("fns", fns, Mapping)
+    if not fns:
         raise ValueError("fns must be a non-empty mapping {label: zero-argument callable}")
     for label, fn in fns.items():
-        if not callable(fn):
-            raise ValueError(f"fns[{label!r}] must be callable with no arguments; got {type(fn).__name__}")
+        arguments.function(f"fns[{label!r}]", fn)
     _check_common(warmup, repeats, number, clock)
-    if isinstance(settle_s, bool) or not isinstance(settle_s, int | float) or not 0 <= settle_s <= 10:
-        raise ValueError(f"settle_s must be a number of seconds in [0, 10]; got {settle_s!r}")
+    settle_s = arguments.between("settle_s", settle_s, 0, 10)
     device = resolve_device(device)
 
     warm: dict[str, list[float]] = {label: [] for label in fns}
@@ -303,17 +304,16 @@ def time_fn(
     clock: Callable[[], float] = time.perf_counter,
 ) -> Measurement:
     """Time one zero-argument function: warm-up, then `repeats` x `number` calls -> Measurement (s/call)."""
-    if not callable(fn):
-        raise ValueError(f"fn must be a callable taking no arguments; got {type(fn).__name__}")
+    arguments.function("fn", fn)
+    arguments.text("label", label, allow_empty=True)
     measured = _measure({label: fn}, device, warmup, repeats, number, clock, stacklevel=4)
     return measured[label]
 
 
 def speedup(baseline: Measurement, candidate: Measurement) -> float:
     """How many times faster candidate is than baseline: baseline.median_s / candidate.median_s."""
-    for name, m in (("baseline", baseline), ("candidate", candidate)):
-        if not isinstance(m, Measurement):
-            raise ValueError(f"{name} must be a Measurement; got {type(m).__name__}")
+    arguments.instance("baseline", baseline, Measurement)
+    arguments.instance("candidate", candidate, Measurement)
     if candidate.median_s <= 0:
         raise ValueError("candidate median must be > 0 seconds to form a ratio")
     return baseline.median_s / candidate.median_s
@@ -323,11 +323,11 @@ def plot_measurements(measurements, ax=None, *, unit: str = "ms"):
     """Horizontal bars of the median per call with IQR whiskers and a min marker; returns the Figure."""
     from hwopt import plots
 
+    arguments.instance("measurements", measurements, (Mapping, list, tuple))
     items = list(measurements.values()) if isinstance(measurements, Mapping) else list(measurements)
     if not items or not all(isinstance(m, Measurement) for m in items):
         raise ValueError("measurements must be a non-empty sequence or mapping of Measurement objects")
-    if unit not in plots.TIME_UNITS:
-        raise ValueError(f"unit must be one of {sorted(plots.TIME_UNITS)}; got {unit!r}")
+    arguments.one_of("unit", unit, plots.TIME_UNITS)
     k = plots.TIME_UNITS[unit]
     ax = plots.axes(f"time per call ({unit}), median with IQR", "variant", ax=ax)
     y = range(len(items))

@@ -9,6 +9,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from hwopt import arguments
 from hwopt.cost import roofline
 from hwopt.machine import hardware, specs
 
@@ -19,8 +20,11 @@ def _tokens(text: str) -> set[str]:
 
 def spec_for_device_name(device_name: str, chips=None) -> specs.Chip | None:
     """The table row for a device name such as 'NVIDIA A100-SXM4-80GB' or 'Tesla T4' (None if absent)."""
-    if not isinstance(device_name, str):
-        raise ValueError(f"device_name must be a str; got {device_name!r}")
+    arguments.text("device_name", device_name, allow_empty=True)
+    if chips is not None:
+        arguments.instance("chips", chips, (list, tuple))
+        for i, chip in enumerate(chips):
+            arguments.instance(f"chips[{i}]", chip, specs.Chip)
     have = _tokens(device_name)
     best, best_score = None, 0
     for chip in specs.load_chips() if chips is None else chips:
@@ -39,6 +43,8 @@ def _fp32_tflops(chip: specs.Chip) -> float | None:
 
 def format_flops(flops: float, unit: str = "FLOP/s") -> str:
     """'130 GFLOP/s', '1.2 TFLOP/s' ... from FLOP/s (unit='OP/s' for integer ops)."""
+    flops = arguments.positive("flops", flops, allow_zero=True)
+    arguments.text("unit", unit)
     for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
         if flops >= scale:
             return f"{flops / scale:.3g} {prefix}{unit}"
@@ -93,6 +99,8 @@ class MachineCard:
 
     def to_json(self, indent: int | None = 2) -> str:
         """The card as a JSON string."""
+        if indent is not None:
+            arguments.between("indent", indent, 0, 16, integer=True)
         return json.dumps(self.to_dict(), indent=indent)
 
     def render(self) -> str:
@@ -151,16 +159,19 @@ def machine_card(probe: bool = False, device: str = "auto", dtypes=None, quick: 
     """
     from hwopt.machine import bench
 
-    if not isinstance(probe, bool):
-        raise ValueError(f"probe must be True or False; got {probe!r}")
+    probe = arguments.boolean("probe", probe)
+    quick = arguments.boolean("quick", quick)
     if dtypes is not None:
         from hwopt import formats
 
-        if isinstance(dtypes, str) or not dtypes:
+        if isinstance(dtypes, str) or not isinstance(dtypes, list | tuple) or not dtypes:
             raise ValueError(f"dtypes must be None or a non-empty list like ['float32']; got {dtypes!r}")
         dtypes = [formats.torch_dtype(d, argument="dtypes") for d in dtypes]
-    if isinstance(n_closest, bool) or not isinstance(n_closest, int) or n_closest < 0:
-        raise ValueError(f"n_closest must be a non-negative integer; got {n_closest!r}")
+    n_closest = arguments.count("n_closest", n_closest, "items", minimum=0)
+    if probe_fn is not None:
+        arguments.function("probe_fn", probe_fn)
+    if machine is not None:
+        arguments.instance("machine", machine, hardware.MachineInfo)
     dev = bench.resolve_device(device)
     info = machine or hardware.machine()
     spec = None

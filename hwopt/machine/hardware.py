@@ -11,6 +11,8 @@ import platform
 import subprocess
 from dataclasses import asdict, dataclass, field
 
+from hwopt import arguments
+
 GIB = 2**30
 
 # Linux /proc/cpuinfo flag (x86 "flags", ARM "Features") -> the name the course uses, in display order.
@@ -126,13 +128,13 @@ def _ordered(names) -> list[str]:
 
 def simd_from_flags(flags) -> list[str]:
     """Course SIMD names from /proc/cpuinfo flags (x86 ``flags`` or ARM ``Features``)."""
+    arguments.instance("flags", flags, (list, tuple, set, frozenset))
     return _ordered(LINUX_SIMD_FLAGS[f] for f in flags if f in LINUX_SIMD_FLAGS)
 
 
 def parse_cpuinfo(text: str) -> dict:
     """Parse /proc/cpuinfo text -> {cpu_model, physical_cores, logical_cores, simd}."""
-    if not isinstance(text, str):
-        raise ValueError(f"text must be the str contents of /proc/cpuinfo, got {type(text).__name__}")
+    arguments.text("text", text, allow_empty=True)
     model, flags, logical, cores = None, set(), 0, set()
     phys_id = core_id = implementer = part = None
     for line in text.splitlines():
@@ -163,6 +165,7 @@ def parse_cpuinfo(text: str) -> dict:
 
 def parse_meminfo(text: str) -> float | None:
     """MemTotal from /proc/meminfo text, in GiB (None when absent)."""
+    arguments.text("text", text, allow_empty=True)
     for line in text.splitlines():
         if line.startswith("MemTotal:"):
             return int(line.split()[1]) * 1024 / GIB
@@ -171,6 +174,7 @@ def parse_meminfo(text: str) -> float | None:
 
 def parse_sysctl(text: str) -> dict:
     """Parse macOS ``sysctl hw machdep`` text ("key: value" lines) -> same keys as parse_cpuinfo + ram_gb."""
+    arguments.text("text", text, allow_empty=True)
     values = {}
     for line in text.splitlines():
         key, sep, value = line.partition(":")
@@ -194,6 +198,7 @@ def parse_sysctl(text: str) -> dict:
 
 def read_text(path: str) -> str | None:
     """The text of a file, or None when it cannot be read (no /proc on macOS and Windows)."""
+    arguments.text("path", path)
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read()
@@ -326,8 +331,8 @@ def machine() -> MachineInfo:
 
 def simd_meaning(simd, arch: str = "x86_64") -> list[str]:
     """Plain-words consequences of a SIMD feature list for ML kernels on the CPU."""
-    if isinstance(simd, str):
-        raise ValueError("simd must be a list of feature names such as ['AVX2', 'FMA'], not a str")
+    arguments.instance("simd", simd, (list, tuple, set, frozenset))
+    arguments.text("arch", arch)
     s = set(simd)
     out = []
     if arch.lower() in ("arm64", "aarch64") or "NEON" in s:

@@ -8,7 +8,6 @@ stops at a time budget, so slow dtypes (fp16 on most CPUs) still finish in secon
 
 from __future__ import annotations
 
-import math
 import os
 import time
 import warnings
@@ -16,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hwopt import formats
+from hwopt import arguments, formats
 from hwopt.cost import roofline
 from hwopt.machine import bench
 
@@ -111,8 +110,7 @@ def default_array_mb(device="cpu") -> float:
 
 def triad_bytes(n_elements: int, dtype="float32") -> int:
     """Bytes STREAM counts for one Triad a = b + s*c: 3 arrays x n_elements x bytes per element."""
-    if isinstance(n_elements, bool) or not isinstance(n_elements, int) or n_elements < 1:
-        raise ValueError(f"n_elements must be a positive integer; got {n_elements!r}")
+    n_elements = arguments.count("n_elements", n_elements, "elements")
     return 3 * n_elements * _element_bytes(formats.torch_dtype(dtype))
 
 
@@ -136,13 +134,9 @@ def memory_bandwidth_gbs(
         raise ValueError(f"dtype must be a floating-point type for the bandwidth probe; got {dtype!r}")
     if size_mb is None:
         size_mb = default_array_mb(device)
-    if (
-        isinstance(size_mb, bool)
-        or not isinstance(size_mb, int | float)
-        or not math.isfinite(size_mb)
-        or size_mb <= 0
-    ):
-        raise ValueError(f"size_mb must be a positive number of MB per array; got {size_mb!r}")
+    size_mb = arguments.positive("size_mb", size_mb, maximum=arguments.LIMITS["megabytes"])
+    arguments.count("repeats", repeats, "repeats")
+    arguments.function("clock", clock)
     n = max(1, int(size_mb * 2**20) // _element_bytes(dtype))
     tdtype = getattr(torch, dtype)
     a = torch.zeros(n, dtype=tdtype, device=device)  # zeros/full touch every page before timing
@@ -200,19 +194,20 @@ def matmul_flops(
     dtype = formats.torch_dtype(dtype)
     if dtype not in MATMUL_DTYPES:
         raise UnsupportedDtype(f"dtype {dtype!r} has no matmul probe; probed: {', '.join(MATMUL_DTYPES)}")
+    quick = arguments.boolean("quick", quick)
+    arguments.function("clock", clock)
+    if budget_s is not None:
+        arguments.positive("budget_s", budget_s, maximum=arguments.LIMITS["seconds"])
     if dtype == "float64" and device.startswith("mps"):
         raise UnsupportedDtype("dtype 'float64' is not supported on MPS")
     if n is not None:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be a positive integer matrix size or None (sweep); got {n!r}")
+        n = arguments.count("n", n, "dimension")
         rates = _flops_by_library(
             _matmul_fns(dtype, device, n), device, n, WARMUP, REPEATS[bool(quick)], clock
         )
         return max(rates.values())
     if budget_s is None:
         budget_s = MATMUL_BUDGET_S[bool(quick)]
-    if isinstance(budget_s, bool) or not isinstance(budget_s, int | float) or not budget_s > 0:
-        raise ValueError(f"budget_s must be a positive number of seconds; got {budget_s!r}")
     n_max, repeats = MATMUL_MAX_N[device.split(":")[0]][bool(quick)], REPEATS[bool(quick)]
     start, size, best, warmup = clock(), MATMUL_MIN_N, 0.0, WARMUP
     fns = _matmul_fns(dtype, device, size)
@@ -265,6 +260,8 @@ class Ceilings:
     def to_ceiling(self, dtype="float32", label: str | None = None) -> roofline.Ceiling:
         """This device's measured roof for dtype, ready for roofline.plot_roofline."""
         key = formats.torch_dtype(dtype)
+        if label is not None:
+            arguments.text("label", label)
         return roofline.Ceiling(
             label or f"this {self.device} {key}", self.peak_flops(key), self.bandwidth_gbs, True
         )
@@ -298,10 +295,15 @@ def probe(
     device = bench.resolve_device(device)
     kind = device.split(":")[0]
     explicit = dtypes is not None
+    if explicit and (isinstance(dtypes, str) or not isinstance(dtypes, list | tuple)):
+        raise ValueError(f"dtypes must be None or a list like ['float32', 'int8']; got {dtypes!r}")
     names = [formats.torch_dtype(d) for d in (dtypes if explicit else DEFAULT_DTYPES[kind])]
     if unprobed := [d for d in names if d not in MATMUL_DTYPES]:
         raise UnsupportedDtype(f"dtypes {unprobed} have no matmul probe; probed: {', '.join(MATMUL_DTYPES)}")
+    quick = arguments.boolean("quick", quick)
+    progress = arguments.boolean("progress", progress)
     if threads is not None:
+        arguments.count("threads", threads, "threads")
         with bench.threads(threads):
             return probe(device, names if explicit else None, quick, progress=progress)
     bandwidth = memory_bandwidth_gbs(device, repeats=8 if quick else 20)

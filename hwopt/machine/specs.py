@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
-from hwopt import formats
+from hwopt import arguments, formats
 from hwopt.cost import roofline
 from hwopt.data import DATA_DIR
 
@@ -110,6 +110,8 @@ class Chip:
 
     def ceiling(self, dtype="fp32", label: str | None = None) -> roofline.Ceiling:
         """This chip's spec-sheet roof for dtype, ready for roofline.plot_roofline."""
+        if label is not None:
+            arguments.text("label", label)
         label = label or f"{self.name} {formats.get(dtype, argument='dtype').name} (spec)"
         return roofline.Ceiling(label, self.peak_flops(dtype), self.bandwidth_gbs)
 
@@ -172,7 +174,7 @@ def _load(path: str) -> tuple[Chip, ...]:
 
 def load_chips(path=None) -> list[Chip]:
     """All chips of the table (hwopt/data/chips.csv, or the CSV at path)."""
-    path = Path(path) if path is not None else CHIPS_CSV
+    path = Path(arguments.instance("path", path, (str, Path))) if path is not None else CHIPS_CSV
     if not path.is_file():
         raise ValueError(f"path must be a chip table CSV; {str(path)!r} does not exist")
     return list(_load(str(path.resolve())))
@@ -185,8 +187,7 @@ def _key(text: str) -> str:
 
 def get_chip(name: str, path=None) -> Chip:
     """The chip called name (case, spaces and dashes ignored; vendor optional, e.g. 'h100 sxm', 'TPU v5e')."""
-    if not isinstance(name, str) or not name.strip():
-        raise ValueError(f"name must be a chip name such as 'NVIDIA T4'; got {name!r}")
+    arguments.text("name", name)
     chips = load_chips(path)
     key = _key(name)
     exact = [c for c in chips if key in (_key(c.name), _key(c.name.removeprefix(c.vendor)))]
@@ -196,11 +197,11 @@ def get_chip(name: str, path=None) -> Chip:
     if len(partial) == 1:
         return partial[0]
     if partial:
-        raise ValueError(f"chip {name!r} is ambiguous; did you mean: {', '.join(c.name for c in partial)}")
+        raise ValueError(f"name {name!r} is ambiguous; did you mean: {', '.join(c.name for c in partial)}")
     close = difflib.get_close_matches(key, {_key(c.name): c.name for c in chips}, n=5, cutoff=0.4)
     by_key = {_key(c.name): c.name for c in chips}
     hint = ", ".join(by_key[k] for k in close) or ", ".join(c.name for c in chips[:5]) + ", ..."
-    raise ValueError(f"unknown chip {name!r}; did you mean: {hint}")
+    raise ValueError(f"name {name!r} is no chip in the table; did you mean: {hint}")
 
 
 def chips_by_kind(kind: str, path=None) -> list[Chip]:
@@ -217,14 +218,9 @@ def closest_chips(bandwidth_gbs: float, flops: float | None = None, n: int = 3, 
     Distance = sqrt(log10(bw ratio)^2 + log10(flops ratio)^2); 0.3 means about 2x away. Without flops only
     bandwidth counts; with flops, chips that give no peak for dtype are skipped.
     """
-    for arg, value in (("bandwidth_gbs", bandwidth_gbs), ("flops", flops)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                  or not math.isfinite(value) or value <= 0):
-            raise ValueError(f"{arg} must be a positive number; got {value!r}")
-    if bandwidth_gbs is None:
-        raise ValueError("bandwidth_gbs must be a positive number; got None")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive integer; got {n!r}")
+    bandwidth_gbs = arguments.positive("bandwidth_gbs", bandwidth_gbs)
+    flops = None if flops is None else arguments.positive("flops", flops)
+    n = arguments.count("n", n, "items")
     fmt = formats.get(dtype, argument="dtype")
     scored = []
     for chip in load_chips(path):
@@ -241,6 +237,10 @@ def closest_chips(bandwidth_gbs: float, flops: float | None = None, n: int = 3, 
 def table(chips=None, dtype="fp32") -> list[dict]:
     """Rows for display: name, kind, peak TFLOPS for dtype, GB/s, GiB, ridge FLOP/byte, USD per chip-hour."""
     fmt = formats.get(dtype, argument="dtype")
+    if chips is not None:
+        arguments.instance("chips", chips, (list, tuple))
+        for i, chip in enumerate(chips):
+            arguments.instance(f"chips[{i}]", chip, Chip)
     rows = []
     for c in load_chips() if chips is None else chips:
         has = c.has_dtype(fmt)

@@ -1,0 +1,1004 @@
+"""Every public function of the toolkit answers bad input with a ValueError naming the argument, at once.
+
+VALID below is the specification: one cheap valid call per public function, class and method of hwopt
+(hwopt.course has its own validated API; hwopt.arguments, the checker, has tests/test_arguments.py). The
+valid call must succeed. Then each parameter in turn takes bad values while the others stay valid: NaN,
++-inf, negative and zero numbers (where the call does not allow them), 2.5 for an integer, 10**30 for a
+count, wrong types ("3", None, True, [], 1 for a flag), and NaN, inf or -1 hidden inside arrays and
+mappings; hypothesis draws more of each kind. Every such call must raise ValueError whose message names the
+parameter, within CALL_LIMIT_S seconds (a hang fails the test instead of hanging CI). A public function that
+is neither in VALID nor in EXCLUDED fails the test, so a new one cannot escape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import inspect
+import pkgutil
+import shutil
+import signal
+import tempfile
+import time
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import hwopt
+from hwopt import plots, widgets
+from hwopt.cost import batching, costs, footprint, roofline, serving
+from hwopt.experiments import (
+    classifier,
+    decode,
+    fusion,
+    lowbit_gemv,
+    ort,
+    precision,
+    profiling,
+    roofline_points,
+    tiny_decoder,
+)
+from hwopt.machine import bench, card, hardware, probe, specs
+
+CALL_LIMIT_S = 2.0  # a bad value must be refused within this time
+VALID_LIMIT_S = 20.0  # the valid call of each function
+EXAMPLES = 4  # hypothesis examples per parameter, beyond the fixed bad values
+TMP = Path(tempfile.mkdtemp(prefix="hwopt-bad-input-"))
+pytestmark = pytest.mark.filterwarnings("ignore::hwopt.machine.bench.NoisyMeasurementWarning")
+
+
+# ---- the harness -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    """A valid call, and what each parameter admits beyond the default rules of bad_values()."""
+
+    fn: Callable
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    zero: frozenset = frozenset()  # 0 is valid
+    signed: frozenset = frozenset()  # negative numbers (or arrays holding them) are valid
+    bounded: frozenset = frozenset()  # float parameters with a documented maximum: 1e30 is bad
+    huge: frozenset = frozenset()  # integers without a maximum: 10**30 is valid
+    text: frozenset = frozenset()  # any str is valid (a label, a file name): only a non-str is bad
+    opaque: frozenset = frozenset()  # containers of anything (options) or results of another function: only
+    #                                   a wrong type is bad, the numbers inside are not attacked
+    run_valid: bool = True  # False where the valid call needs minutes or hardware (said in VALID)
+
+
+def call(fn, *args, zero="", signed="", bounded="", huge="", text="", opaque="", run_valid=True,
+         **kwargs) -> Call:
+    names = (frozenset(words.split()) for words in (zero, signed, bounded, huge, text, opaque))
+    return Call(fn, args, kwargs, *names, run_valid=run_valid)
+
+
+class Hang(Exception):
+    """The call did not return within its time limit."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    def stop(signum, frame):
+        raise Hang(f"no answer within {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+FUNCTION_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, functools.partial)
+NAN, INF = float("nan"), float("inf")
+
+
+def kind_of(param: inspect.Parameter, value, c: Call) -> str | None:
+    """How to attack a parameter: int, float, choice, text, bool, function, container; None: not at all."""
+    annotation = param.annotation if isinstance(param.annotation, str) else ""
+    parts = {p.strip() for p in annotation.split("|")} - {"None", ""}
+    if param.name in c.text:
+        return "text"
+    if isinstance(value, bool) or (value is None and parts == {"bool"}):
+        return "bool"
+    if isinstance(value, FUNCTION_TYPES):
+        return "function"
+    if isinstance(value, str) or (value is None and parts == {"str"}):
+        return "choice"
+    if isinstance(value, int | np.integer) or (value is None and parts == {"int"}):
+        return "float" if "float" in parts else "int"
+    if isinstance(value, float | np.floating) or (value is None and parts == {"float"}):
+        return "float"
+    if _first_number(value) is not None or isinstance(value, list | tuple | dict) and value:
+        return "container"
+    return None
+
+
+def _first_number(value):
+    """Path (indices and keys) to the first number inside value, or None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float | np.integer | np.floating):
+        return ()
+    if isinstance(value, np.ndarray):
+        return ("flat",) if value.size and value.dtype.kind in "iuf" else None
+    if isinstance(value, torch.Tensor):
+        return ("flat",) if value.numel() and value.dtype != torch.bool else None
+    if isinstance(value, dict):
+        items = value.items()
+    else:
+        items = enumerate(value) if isinstance(value, list | tuple) else ()
+    for key, item in items:
+        inner = _first_number(item)
+        if inner is not None:
+            return (key, *inner)
+    return None
+
+
+def _replace(value, path, new):
+    """A copy of value with the number at path replaced by new (arrays become float where needed)."""
+    if not path:
+        return new
+    key, rest = path[0], path[1:]
+    if key == "flat":
+        if isinstance(value, torch.Tensor):
+            out = value.detach().clone().double() if isinstance(new, float) else value.detach().clone()
+            out.view(-1)[0] = new
+            return out.to(value.dtype) if value.is_floating_point() else out
+        if isinstance(new, float) and value.dtype.kind in "iub":
+            out = value.astype(float)
+        elif new < 0 and value.dtype.kind in "ub":
+            out = value.astype(np.int64)  # -1 does not fit in uint8
+        else:
+            out = value.copy()
+        out.flat[0] = new
+        return out
+    if isinstance(value, dict):
+        return {**value, key: _replace(value[key], rest, new)}
+    out = list(value)
+    out[key] = _replace(value[key], rest, new)
+    return tuple(out) if isinstance(value, tuple) else out
+
+
+@dataclass(frozen=True)
+class Param:
+    """One attacked parameter: its name, kind, valid value, and whether None or an int bit width is valid."""
+
+    name: str
+    kind: str
+    value: object
+    none_ok: bool
+    int_ok: bool  # a str parameter that also takes an int ('fp16' or 16 bits)
+
+
+def bad_values(p: Param, c: Call) -> list:
+    """The fixed bad values of one parameter."""
+    name, kind, value = p.name, p.kind, p.value
+    bad = [] if p.none_ok else [None]
+    positive_needed = name not in c.signed
+    if kind == "int":
+        bad += [NAN, INF, -INF, 2.5, "3", True, []]
+        bad += [-1] if positive_needed else []
+        bad += [0] if positive_needed and name not in c.zero else []
+        bad += [] if name in c.huge else [10**30]
+    elif kind == "float":
+        bad += [NAN, INF, -INF, "3", True, []]
+        bad += [-1.0] if positive_needed else []
+        bad += [0.0] if positive_needed and name not in c.zero else []
+        bad += [1e30] if name in c.bounded else []
+    elif kind == "choice":
+        bad += ["", "#no such choice#", NAN, True, []] + ([] if p.int_ok else [3])
+    elif kind == "text":
+        bad += [3, NAN, True, []]
+    elif kind == "bool":
+        bad += ["yes", 1, NAN]
+    elif kind == "function":
+        bad += ["3", 3]
+    elif kind == "container":
+        bad += ["3", True]
+        path = None if name in c.opaque else _first_number(value)
+        if path is not None:
+            leaf = value.flat[0] if path[-1] == "flat" and isinstance(value, np.ndarray) else None
+            bad += [_replace(value, path, x) for x in (NAN, INF, -INF)]
+            bad += [_replace(value, path, -1)] if positive_needed else []
+            if isinstance(leaf, np.integer) or _is_int_leaf(value, path):
+                bad += [_replace(value, path, 2.5)]
+                bad += [_replace(value, path, 0)] if positive_needed and name not in c.zero else []
+                if not isinstance(value, np.ndarray | torch.Tensor):
+                    bad += [_replace(value, path, True)]
+                    bad += [] if name in c.huge else [_replace(value, path, 10**30)]
+    return bad
+
+
+def _is_int_leaf(value, path) -> bool:
+    for key in path:
+        if key == "flat":
+            if isinstance(value, torch.Tensor):
+                return not value.is_floating_point()
+            return value.dtype.kind in "iu"
+        value = value[key]
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def strategy(p: Param, c: Call):
+    """More bad values of one kind, drawn by hypothesis."""
+    name, kind, value = p.name, p.kind, p.value
+    tiny_text = st.text(alphabet="#@%~", max_size=4)  # never a valid choice, device, file or chip name
+    not_finite = st.sampled_from([NAN, INF, -INF])
+    if kind == "int":
+        options = [st.floats(allow_nan=True), tiny_text, st.booleans()]
+        if name not in c.huge:
+            options.append(st.integers(min_value=2**64))
+        if name not in c.signed:
+            options.append(st.integers(max_value=-1 if name in c.zero else 0))
+        return st.one_of(options)
+    if kind == "float":
+        options = [not_finite, tiny_text, st.booleans()]
+        if name not in c.signed:
+            options.append(st.floats(max_value=-1e-300) if name in c.zero else st.floats(max_value=0.0))
+        if name in c.bounded:
+            options.append(st.floats(min_value=1e25, allow_infinity=False))
+        return st.one_of(options)
+    if kind == "choice":
+        numbers = st.integers(max_value=0) if p.int_ok else st.integers()
+        return st.one_of(tiny_text.filter(bool), numbers, st.floats(allow_nan=True))
+    if kind in ("text", "function"):
+        return st.one_of(st.integers(), st.floats(allow_nan=True), st.booleans())
+    if kind == "bool":
+        return st.one_of(st.integers(), tiny_text, st.floats(allow_nan=True))
+    path = None if name in c.opaque else _first_number(value)
+    if path is None:
+        return st.one_of(tiny_text, st.booleans())
+    numbers = not_finite if name in c.signed else st.one_of(not_finite, st.floats(max_value=-1e-300))
+    return st.one_of(tiny_text, numbers.map(lambda x: _replace(value, path, x)))
+
+
+def refusal_problem(c: Call, bound: inspect.BoundArguments, name: str, bad) -> str | None:
+    """None when fn refuses bad for name with a ValueError naming it in time; else what went wrong."""
+    arguments = dict(bound.arguments)
+    arguments[name] = bad
+    trial = inspect.BoundArguments(bound.signature, arguments)
+    shown = repr(bad) if len(repr(bad)) < 80 else repr(bad)[:77] + "..."
+    try:
+        with time_limit(CALL_LIMIT_S):
+            c.fn(*trial.args, **trial.kwargs)
+    except ValueError as error:
+        return None if name in str(error) else f"{name}={shown}: ValueError not naming {name!r}: {error}"
+    except Hang:
+        return f"{name}={shown}: still running after {CALL_LIMIT_S} s"
+    except Exception as error:  # noqa: BLE001 - the point is to report any other type
+        return f"{name}={shown}: {type(error).__name__}: {error}"
+    finally:
+        plt.close("all")
+    return f"{name}={shown}: accepted"
+
+
+def attacked_parameters(c: Call):
+    """(Param, bound call) for each parameter bad values are fed to."""
+    signature = inspect.signature(c.fn)
+    bound = signature.bind(*c.args, **c.kwargs)
+    bound.apply_defaults()
+    for name, param in signature.parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        value = bound.arguments[name]
+        kind = kind_of(param, value, c)
+        if kind is not None:
+            annotation = param.annotation if isinstance(param.annotation, str) else ""
+            none_ok = value is None or param.default is None or "None" in annotation
+            int_ok = "int" in {part.strip() for part in annotation.split("|")}
+            yield Param(name, kind, value, none_ok, int_ok), bound
+
+
+# ---- cheap real objects the valid calls need --------------------------------------------------------------
+
+
+@functools.cache
+def measurement() -> bench.Measurement:
+    return bench.Measurement("m", (0.001, 0.0012, 0.0011))
+
+
+def measure_three():
+    return {"a": bench.Measurement("a", (0.002, 0.002)), "b": bench.Measurement("b", (0.001, 0.001))}
+
+
+@functools.cache
+def sweep() -> batching.BatchSweep:
+    return batching.BatchSweep((1, 2, 4), tuple(bench.Measurement(f"b{b}", (0.001 * b + 0.001,) * 3)
+                                                for b in (1, 2, 4)))
+
+
+@functools.cache
+def latency_fit() -> batching.LatencyFit:
+    return batching.fit_latency_model([1, 2, 4], [2.0, 3.0, 5.0])
+
+
+def noop():
+    return None
+
+
+def noop_kwargs(**kwargs):
+    return None
+
+
+def threads_block(n):
+    with bench.threads(n):
+        pass
+
+
+@functools.cache
+def machine_info() -> hardware.MachineInfo:
+    return hardware.MachineInfo("Linux", "x86_64", "AMD EPYC", 2, 2, ["AVX2", "FMA"], 8.0)
+
+
+def fake_probe(device, dtypes, quick):
+    return probe.Ceilings(device, 40.0, {"float32": 2e11})
+
+
+@functools.cache
+def machine_card() -> card.MachineCard:
+    return card.machine_card(probe=True, device="cpu", probe_fn=fake_probe, machine=machine_info())
+
+
+@functools.cache
+def ceilings() -> probe.Ceilings:
+    return fake_probe("cpu", None, True)
+
+
+@functools.cache
+def serving_stats() -> serving.ServingStats:
+    return serving.simulate_dynamic_batching(100.0, 8, 2.0, 1.0, 0.5, n_requests=50)
+
+
+@functools.cache
+def shape() -> footprint.ModelShape:
+    return footprint.ModelShape("tiny", 2, 64, 4, 2, 128, 100)
+
+
+@functools.cache
+def chips():
+    return specs.load_chips()
+
+
+@functools.cache
+def chip():
+    return specs.get_chip("NVIDIA T4")
+
+
+@functools.cache
+def stack() -> decode.DecodeStack:
+    return decode.make_stack(64, 2)
+
+
+@functools.cache
+def decode_result() -> decode.DecodeResult:
+    s = stack()
+    paths = {"fp32 numpy": decode.DecodePath("fp32 numpy", "fp32", decode.numpy_step(s), s.weight_bytes(4)),
+             "int8 numpy": decode.DecodePath("int8 numpy", "int8", decode.numpy_step(s), s.weight_bytes(1))}
+    times = {"fp32 numpy": (0.004, 0.004), "int8 numpy": (0.002, 0.002)}
+    return decode.DecodeResult(paths, {k: bench.Measurement(k, t) for k, t in times.items()})
+
+
+@functools.cache
+def digits() -> classifier.Digits:
+    return classifier.load_digits()
+
+
+def mlp() -> torch.nn.Module:
+    return classifier.make_mlp(16, 1)
+
+
+@functools.cache
+def weight() -> torch.Tensor:
+    return torch.randn(8, 16, generator=torch.Generator().manual_seed(0))
+
+
+@functools.cache
+def pipeline() -> profiling.Pipeline:
+    return profiling.make_pipeline(n_items=4, n_features=8, hidden=8, batch_size=2, io_ms=0.0)
+
+
+@functools.cache
+def profiled():
+    return profiling.run_profiled(noop)[0]
+
+
+@functools.cache
+def onnx_path() -> Path:
+    return ort.linear_model(np.eye(4, dtype=np.float32), TMP / "linear.onnx")
+
+
+@functools.cache
+def session():
+    return ort.make_session(onnx_path(), threads=1)
+
+
+@functools.cache
+def decoder() -> tiny_decoder.TinyDecoder:
+    return tiny_decoder.make_tiny_decoder(vocab_size=32, d_model=16, n_layers=1, n_heads=2)
+
+
+@functools.cache
+def kernel_library():
+    return lowbit_gemv.load()
+
+
+@functools.cache
+def square_weight() -> np.ndarray:
+    return stack().layers[0]
+
+
+def within(module: str, calls: dict) -> dict:
+    """The calls of one module, keyed 'module.name'."""
+    return {f"{module}.{name}": c for name, c in calls.items()}
+
+
+# ---- the specification: one valid call per public function ------------------------------------------------
+
+VALID: dict[str, Callable[[], Call]] = {
+    **within("plots", {
+        "color": lambda: call(plots.color, 3, zero="i"),
+        "axes": lambda: call(plots.axes, "size (MB)", "time (ms)", title="t", logx=True, figsize=(4.0, 3.0),
+                             text="xlabel ylabel title"),
+        "band": lambda: call(plots.band, plots.axes("x (s)", "y (s)"), [1.0, 2.0], [1.0, 2.0], [0.5, 1.5],
+                             [1.5, 2.5], label="l", color="red", signed="x median low high",
+                             text="label color"),
+        "measurement_band": lambda: call(plots.measurement_band, plots.axes("x (s)", "y (s)"), [1.0],
+                                         [measurement()], unit="ms", text="label color", signed="x"),
+        "finish": lambda: call(plots.finish, plots.axes("x (s)", "y (s)"), legend=True),
+    }),
+    **within("cost.roofline", {
+        "flops_bytes_elementwise": lambda: call(roofline.flops_bytes_elementwise, 1024, n_inputs=2,
+                                                n_outputs=1, flops_per_element=1.0,
+                                                bytes_per_element=4.0),
+        "flops_bytes_gemv": lambda: call(roofline.flops_bytes_gemv, 64, 32, bytes_per_weight=1.0,
+                                         batch_size=2, bytes_per_activation=4.0),
+        "flops_bytes_gemm": lambda: call(roofline.flops_bytes_gemm, 8, 16, 32, bytes_per_element=2.0),
+        "flops_bytes_attention_decode": lambda: call(roofline.flops_bytes_attention_decode, 128, 64, 8,
+                                                     bytes_per_element=2.0, n_kv_heads=2),
+        "intensity_elementwise": lambda: call(roofline.intensity_elementwise, n_inputs=2, n_outputs=1,
+                                              flops_per_element=2.0, bytes_per_element=4.0),
+        "intensity_gemv": lambda: call(roofline.intensity_gemv, 64, 64, 0.5, batch_size=4,
+                                       bytes_per_activation=2.0),
+        "intensity_gemm": lambda: call(roofline.intensity_gemm, 8, 8, 8, 4.0),
+        "intensity_attention_decode": lambda: call(roofline.intensity_attention_decode, 128, 64, 8, 2.0,
+                                                   n_kv_heads=8),
+        "ridge_point": lambda: call(roofline.ridge_point, 1e12, 100.0),
+        "attainable_flops": lambda: call(roofline.attainable_flops, np.array([0.5, 20.0]), 1e12, 100.0),
+        "bound": lambda: call(roofline.bound, 3.0, 1e12, 100.0),
+        "Ceiling": lambda: call(roofline.Ceiling, "roof", 1e12, 100.0, True, text="label"),
+        "KernelPoint": lambda: call(roofline.KernelPoint, "k", 2.0, 1e9, text="label"),
+        "plot_roofline": lambda: call(roofline.plot_roofline, [("roof", 1e12, 100.0)],
+                                      [("k", 2.0, 1e9)], title="t", text="title"),
+    }),
+    **within("cost.batching", {
+        "batch_latency_ms": lambda: call(batching.batch_latency_ms, 4, 1.0, 0.5, zero="overhead_ms"),
+        "LatencyFit": lambda: call(batching.LatencyFit, 1.0, 0.5, 0.1, 0.05,
+                                   zero="overhead_ms per_item_ms rms_error_ms max_relative_error"),
+        "LatencyFit.latency_ms": lambda: call(latency_fit().latency_ms, [1.0, 8.0], zero="batch_size"),
+        "fit_latency_model": lambda: call(batching.fit_latency_model, [1, 2, 4], [2.0, 3.0, 5.0],
+                                          relative=False),
+        "predicted_latency_ms": lambda: call(batching.predicted_latency_ms, 1e6, 4, 1e12, 100.0, 2.0),
+        "make_mlp": lambda: call(batching.make_mlp, 8, 2, 0, zero="seed"),
+        "BatchSweep": lambda: call(batching.BatchSweep, (1, 2), (measurement(), measurement())),
+        "BatchSweep.knee": lambda: call(sweep().knee, 0.9),
+        "BatchSweep.largest_within": lambda: call(sweep().largest_within, 3.0),
+        "measure_batch_sweep": lambda: call(batching.measure_batch_sweep, batching.make_mlp(8, 1),
+                                            (1, 2), device="cpu", repeats=2, warmup=0, progress=False,
+                                            zero="warmup"),
+        "compare_batch_sizes": lambda: call(batching.compare_batch_sizes, batching.make_mlp(8, 1), (1, 4),
+                                            device="cpu", repeats=2),
+        "plot_batch_sweep": lambda: call(batching.plot_batch_sweep, sweep(), latency_fit(), 3.0),
+        "sweep_table": lambda: call(batching.sweep_table, sweep(), [1.0, 2.0, 4.0]),
+        "budget_report": lambda: call(batching.budget_report, sweep(), 3.0),
+        "budget_explorer": lambda: call(batching.budget_explorer, sweep(), latency_fit()),
+    }),
+    **within("cost.costs", {
+        "check_precision": lambda: call(costs.check_precision, "int8"),
+        "peak_flops": lambda: call(costs.peak_flops, chip(), "fp16"),
+        "roofline_time_s": lambda: call(costs.roofline_time_s, 1e9, 1e6, 1e12, 100.0,
+                                        zero="flop bytes_moved"),
+        "cost_per_million_usd": lambda: call(costs.cost_per_million_usd, 1e-3, 3.6),
+        "estimate": lambda: call(costs.estimate, 1e9, 4, "fp16", chips()[:6]),
+        "best_chip": lambda: call(costs.best_chip, costs.estimate(1e9, 1, "fp16", chips()[:6])),
+        "cost_report": lambda: call(costs.cost_report, 1e9, 4, "fp16", chips()[:6], top=3),
+        "plot_costs": lambda: call(costs.plot_costs, costs.estimate(1e9, 1, "fp16", chips()), title="t",
+                                   text="title"),
+        "chip_rows": lambda: call(costs.chip_rows, chips()[:6], "fp32"),
+        "chip_table": lambda: call(costs.chip_table, chips()[:6], "fp32"),
+        "plot_chip_map": lambda: call(costs.plot_chip_map, chips()[:6], "fp32", (40.0, 2e11, "here")),
+        "cost_explorer": lambda: call(costs.cost_explorer, chips()[:6]),
+    }),
+    **within("cost.footprint", {
+        "ModelShape": lambda: call(footprint.ModelShape, "tiny", 2, 64, 4, 2, 128, 100, True, False,
+                                   256, "https://example.org", text="name source_url"),
+        "load_shapes": lambda: call(footprint.load_shapes, footprint.SHAPES_CSV),
+        "get_shape": lambda: call(footprint.get_shape, "Llama-3-8B", footprint.SHAPES_CSV),
+        "weights_bytes": lambda: call(footprint.weights_bytes, shape(), "int8"),
+        "kv_cache_bytes": lambda: call(footprint.kv_cache_bytes, shape(), 2, 128, "fp16"),
+        "activation_bytes": lambda: call(footprint.activation_bytes, shape(), 2, 128, "fp16",
+                                         naive_attention=False),
+        "MemoryBreakdown": lambda: call(footprint.MemoryBreakdown, 1.0, 0.5, 0.25,
+                                        zero="weights_gb activations_gb kv_cache_gb"),
+        "MemoryBreakdown.as_dict": lambda: call(footprint.MemoryBreakdown(1.0, 0.5, 0.25).as_dict),
+        "memory_breakdown": lambda: call(footprint.memory_breakdown, shape(), 2, 128, "fp16",
+                                         kv_precision="int8", naive_attention=True),
+        "fits": lambda: call(footprint.fits, footprint.MemoryBreakdown(1.0, 0.5, 0.25), 16.0, 0.1,
+                             zero="reserve_fraction"),
+        "max_batch_size": lambda: call(footprint.max_batch_size, shape(), 128, 1.0, "fp16",
+                                       reserve_fraction=0.1, naive_attention=True, limit=1024,
+                                       zero="reserve_fraction"),
+        "oom_fix": lambda: call(footprint.oom_fix, shape(), 2, 128, 1.0, "fp16"),
+        "plot_memory": lambda: call(footprint.plot_memory, shape(), 2, 128, "fp16", 1.0, True),
+        "memory_explorer": lambda: call(footprint.memory_explorer, {"T4": 16.0}, [shape()]),
+    }),
+    **within("cost.serving", {
+        "arrivals_ms": lambda: call(serving.arrivals_ms, 100.0, 50, 1, zero="seed"),
+        "simulate_dynamic_batching": lambda: call(serving.simulate_dynamic_batching, 100.0, 8, 2.0, 1.0,
+                                                  0.5, n_requests=50, seed=0,
+                                                  zero="max_wait_ms overhead_ms seed"),
+        "plot_latency_histogram": lambda: call(serving.plot_latency_histogram, serving_stats(),
+                                               label="l", text="label"),
+        "serving_report": lambda: call(serving.serving_report, 100.0, 8, 2.0, 1.0, 0.5, 0,
+                                       zero="max_wait_ms overhead_ms seed"),
+        "output_lengths": lambda: call(serving.output_lengths, 20, 5.0, 0, zero="seed"),
+        "simulate_generation": lambda: call(serving.simulate_generation, [3, 1, 4, 1, 5], 2, 1.0, 0.5,
+                                            continuous=True, zero="step_overhead_ms"),
+        "serving_explorer": lambda: call(serving.serving_explorer, 1.0, 0.5, 0, zero="overhead_ms seed"),
+    }),
+    **within("machine.bench", {
+        "Measurement": lambda: call(bench.Measurement, "m", (0.001, 0.002), 2, "cpu", text="label",
+                                    zero="times_s"),
+        "resolve_device": lambda: call(bench.resolve_device, "cpu"),
+        "sync": lambda: call(bench.sync, "cpu"),
+        "threads": lambda: call(threads_block, 1),
+        "compare": lambda: call(bench.compare, {"a": noop, "b": noop}, device="cpu", warmup=1,
+                                repeats=2, number=3, clock=time.perf_counter, settle_s=0.001,
+                                zero="warmup settle_s"),
+        "time_fn": lambda: call(bench.time_fn, noop, label="x", device="cpu", warmup=1, repeats=2,
+                                number=3, clock=time.perf_counter, zero="warmup", text="label"),
+        "speedup": lambda: call(bench.speedup, measurement(), measurement()),
+        "plot_measurements": lambda: call(bench.plot_measurements, measure_three(), unit="us"),
+    }),
+    **within("machine.specs", {
+        "canonical_dtype": lambda: call(specs.canonical_dtype, "bf16"),
+        "Chip.has_dtype": lambda: call(chip().has_dtype, "int8"),
+        "Chip.peak_flops": lambda: call(chip().peak_flops, "fp16"),
+        "Chip.ridge_point": lambda: call(chip().ridge_point, "fp32"),
+        "Chip.ceiling": lambda: call(chip().ceiling, "fp32", label="T4", text="label"),
+        "Chip.to_dict": lambda: call(chip().to_dict),
+        "load_chips": lambda: call(specs.load_chips, str(specs.CHIPS_CSV)),
+        "get_chip": lambda: call(specs.get_chip, "h100 sxm", str(specs.CHIPS_CSV)),
+        "chips_by_kind": lambda: call(specs.chips_by_kind, "cpu", str(specs.CHIPS_CSV)),
+        "closest_chips": lambda: call(specs.closest_chips, 40.0, 2e11, 2, dtype="fp32",
+                                      path=str(specs.CHIPS_CSV)),
+        "table": lambda: call(specs.table, chips()[:4], "fp16"),
+    }),
+    **within("machine.card", {
+        "spec_for_device_name": lambda: call(card.spec_for_device_name, "Tesla T4", chips(),
+                                             text="device_name"),
+        "format_flops": lambda: call(card.format_flops, 1.3e11, "OP/s", zero="flops", text="unit"),
+        "MachineCard.ridge_points": lambda: call(machine_card().ridge_points),
+        "MachineCard.ceilings": lambda: call(machine_card().ceilings),
+        "MachineCard.to_dict": lambda: call(machine_card().to_dict),
+        "MachineCard.to_json": lambda: call(machine_card().to_json, 2, zero="indent"),
+        "MachineCard.render": lambda: call(machine_card().render),
+        "machine_card": lambda: call(card.machine_card, probe=True, device="cpu", dtypes=["float32"],
+                                     quick=True, n_closest=2, probe_fn=fake_probe,
+                                     machine=machine_info(), zero="n_closest"),
+    }),
+    **within("machine.hardware", {
+        "MachineInfo.simd_meaning": lambda: call(machine_info().simd_meaning),
+        "MachineInfo.to_dict": lambda: call(machine_info().to_dict),
+        "MachineInfo.summary": lambda: call(machine_info().summary),
+        "simd_from_flags": lambda: call(hardware.simd_from_flags, ["avx2", "fma"]),
+        "parse_cpuinfo": lambda: call(hardware.parse_cpuinfo, "processor : 0\nflags : avx2 fma\n",
+                                      text="text"),
+        "parse_meminfo": lambda: call(hardware.parse_meminfo, "MemTotal: 1024 kB\n", text="text"),
+        "parse_sysctl": lambda: call(hardware.parse_sysctl, "hw.memsize: 1024\n", text="text"),
+        "read_text": lambda: call(hardware.read_text, "/proc/self/status", text="path"),
+        "run_sysctl": lambda: call(hardware.run_sysctl),
+        "cuda_gpus": lambda: call(hardware.cuda_gpus),
+        "mps_available": lambda: call(hardware.mps_available),
+        "torch_info": lambda: call(hardware.torch_info),
+        "ort_info": lambda: call(hardware.ort_info),
+        "cpu_info": lambda: call(hardware.cpu_info),
+        "machine": lambda: call(hardware.machine),
+        "simd_meaning": lambda: call(hardware.simd_meaning, ["AVX2", "FMA"], "x86_64", text="arch"),
+    }),
+    **within("machine.probe", {
+        "canonical_dtype": lambda: call(probe.canonical_dtype, "fp16"),
+        "last_level_cache_bytes": lambda: call(probe.last_level_cache_bytes),
+        "default_array_mb": lambda: call(probe.default_array_mb, "cpu"),
+        "triad_bytes": lambda: call(probe.triad_bytes, 1024, "fp32"),
+        "memory_bandwidth_gbs": lambda: call(probe.memory_bandwidth_gbs, "cpu", size_mb=1.0, repeats=2,
+                                             dtype="float32", clock=time.perf_counter,
+                                             bounded="size_mb"),
+        "matmul_flops": lambda: call(probe.matmul_flops, "float32", "cpu", 32, quick=True,
+                                     budget_s=0.5, clock=time.perf_counter, bounded="budget_s"),
+        "Ceilings.peak_flops": lambda: call(ceilings().peak_flops, "fp32"),
+        "Ceilings.ridge_point": lambda: call(ceilings().ridge_point, "fp32"),
+        "Ceilings.to_ceiling": lambda: call(ceilings().to_ceiling, "fp32", label="here", text="label"),
+        "Ceilings.to_dict": lambda: call(ceilings().to_dict),
+        # The valid call measures bandwidth on arrays 4x the last-level cache and matmuls for seconds (see
+        # tests/test_probe.py); the bad values are refused before any measuring.
+        "probe": lambda: call(probe.probe, "cpu", ["float32"], True, threads=1, progress=False,
+                              run_valid=False),
+    }),
+    **within("experiments.classifier", {
+        "load_digits": lambda: call(classifier.load_digits, 0.25, 1, zero="seed"),
+        "make_mlp": lambda: call(classifier.make_mlp, 16, 1, 0, zero="seed"),
+        "train": lambda: call(classifier.train, mlp(), digits(), 1, 0.01, 512, 0, zero="seed"),
+        "train_digits_classifier": lambda: call(classifier.train_digits_classifier, 8, 1, 1, 0,
+                                                zero="seed"),
+        "predict_labels": lambda: call(classifier.predict_labels, mlp(), digits().x_test[:8],
+                                       signed="x"),
+        "accuracy": lambda: call(classifier.accuracy, mlp(), digits().x_test[:8],
+                                 digits().y_test[:8], signed="x", zero="y"),
+        "agreement": lambda: call(classifier.agreement, mlp(), mlp(), digits().x_test[:8],
+                                  signed="x"),
+    }),
+    **within("experiments.decode", {
+        "weights_gb": lambda: call(decode.weights_gb, 7e9, 2.0),
+        "tokens_per_s_estimate": lambda: call(decode.tokens_per_s_estimate, 7e9, 2.0, 100.0),
+        "size_and_speed_report": lambda: call(decode.size_and_speed_report, 7e9, 2.0, 100.0),
+        "DecodeStack": lambda: call(decode.DecodeStack, stack().layers, stack().x,
+                                    signed="layers x"),
+        "DecodeStack.weight_bytes": lambda: call(stack().weight_bytes, 0.5),
+        "layers_for_working_set": lambda: call(decode.layers_for_working_set, 64, 1e6, 0.5),
+        "make_stack": lambda: call(decode.make_stack, 64, 2, 0, zero="seed"),
+        "reference": lambda: call(decode.reference, stack()),
+        "relative_error": lambda: call(decode.relative_error, [1.0, 2.0], [1.0, 2.5],
+                                       signed="y y_ref"),
+        "numpy_step": lambda: call(decode.numpy_step, stack()),
+        "torch_step": lambda: call(decode.torch_step, stack(), "cpu", "float32"),
+        "quantize_int8": lambda: call(decode.quantize_int8, square_weight(), signed="w"),
+        "dequantize_int8": lambda: call(decode.dequantize_int8, *decode.quantize_int8(square_weight()),
+                                        zero="q zero_point"),
+        "quantize_int4": lambda: call(decode.quantize_int4, square_weight(), 32, signed="w"),
+        "dequantize_int4": lambda: call(decode.dequantize_int4, *decode.quantize_int4(square_weight()),
+                                        zero="packed", signed="scales"),
+        "int8_model_bytes": lambda: call(decode.int8_model_bytes, stack()),
+        "quantize_int8_blocks": lambda: call(decode.quantize_int8_blocks, square_weight(), 16,
+                                             signed="w"),
+        "dequantize_int8_blocks": lambda: call(decode.dequantize_int8_blocks,
+                                               *decode.quantize_int8_blocks(square_weight()),
+                                               zero="packed", signed="scales"),
+        "nbits_model_bytes": lambda: call(decode.nbits_model_bytes, stack(), 8, 32, 4,
+                                          zero="accuracy_level"),
+        "int4_model_bytes": lambda: call(decode.int4_model_bytes, stack(), 32, 0,
+                                         zero="accuracy_level"),
+        "ort_session": lambda: call(decode.ort_session, decode.int8_model_bytes(stack()), 1),
+        "ort_step": lambda: call(decode.ort_step, decode.ort_session(decode.int8_model_bytes(stack()),
+                                                                     1), stack()),
+        "decode_paths": lambda: call(decode.decode_paths, stack(), "cpu", 1),
+        "check_paths": lambda: call(decode.check_paths, decode_result().paths, stack()),
+        "DecodeResult.achieved_gbs": lambda: call(decode_result().achieved_gbs, "int8 numpy"),
+        "DecodeResult.speedup": lambda: call(decode_result().speedup, "int8 numpy", "fp32 numpy"),
+        "DecodeResult.best": lambda: call(decode_result().best, "int8"),
+        "DecodeResult.fastest_on": lambda: call(decode_result().fastest_on, "cpu"),
+        "DecodeResult.vs_prediction": lambda: call(decode_result().vs_prediction, 20.0),
+        "DecodeResult.table": lambda: call(decode_result().table),
+        "time_paths": lambda: call(decode.time_paths, decode_result().paths, "cpu", 2, 0.0,
+                                   zero="settle_s"),
+        "int8_verdict": lambda: call(decode.int8_verdict, decode_result(), 20.0, ("AVX2",)),
+        "memory_or_compute": lambda: call(decode.memory_or_compute, 10.0, 20.0, 0.5),
+        "speed_explorer": lambda: call(decode.speed_explorer, 20.0, chips()[:4]),
+    }),
+    **within("experiments.fusion", {
+        "Chain": lambda: call(fusion.Chain, torch.ones(4), 0.5, signed="bias scale", zero="scale"),
+        "chain_inputs": lambda: call(fusion.chain_inputs, 4, 8, "cpu", 0, zero="seed"),
+        "passes": lambda: call(fusion.passes, 4, 1, fused=True, zero="extra_inputs"),
+        "bytes_moved": lambda: call(fusion.bytes_moved, 1024, fused=False, n_ops=4, extra_inputs=1,
+                                    bytes_per_element=2.0, zero="extra_inputs"),
+        "predicted_speedup": lambda: call(fusion.predicted_speedup, 4, 1, zero="extra_inputs"),
+        "predicted_time_ms": lambda: call(fusion.predicted_time_ms, 1e6, 20.0, zero="n_bytes"),
+        "fusion_prediction": lambda: call(fusion.fusion_prediction, 16.0, 4, 20.0, 1,
+                                          bounded="size_mb", zero="extra_inputs"),
+        "plot_fusion_prediction": lambda: call(fusion.plot_fusion_prediction, 16.0, 4, 20.0, 1,
+                                               bounded="size_mb", zero="extra_inputs"),
+        "first_call_s": lambda: call(fusion.first_call_s, noop, "cpu"),
+        "max_abs_error": lambda: call(fusion.max_abs_error, torch.ones(3), torch.zeros(3),
+                                      signed="candidate reference"),
+        "fusion_explorer": lambda: call(fusion.fusion_explorer, 20.0),
+        "report_rows": lambda: call(fusion.report_rows, measure_three(), 1024, {"a": 9, "b": 3}, 20.0,
+                                    "b"),
+        "format_report": lambda: call(fusion.format_report,
+                                      fusion.report_rows(measure_three(), 1024, {"a": 9, "b": 3},
+                                                         20.0), opaque="rows"),
+    }),
+    **within("experiments.lowbit_gemv", {
+        "cache_dir": lambda: call(lowbit_gemv.cache_dir),
+        "find_compiler": lambda: call(lowbit_gemv.find_compiler, "gcc", text="cc"),
+        "build": lambda: call(lowbit_gemv.build, None, lowbit_gemv.FLAGS, TMP, text="cc"),
+        "open_library": lambda: call(lowbit_gemv.open_library, lowbit_gemv.build()),
+        "unavailable_reason": lambda: call(lowbit_gemv.unavailable_reason),
+        "quantize_int8_rows": lambda: call(lowbit_gemv.quantize_int8_rows, square_weight(),
+                                           signed="w"),
+        "dequantize_int8_rows": lambda: call(lowbit_gemv.dequantize_int8_rows,
+                                             *lowbit_gemv.quantize_int8_rows(square_weight()),
+                                             signed="q"),
+        "quantize_int4_rows": lambda: call(lowbit_gemv.quantize_int4_rows, square_weight(),
+                                           signed="w"),
+        "dequantize_int4_rows": lambda: call(lowbit_gemv.dequantize_int4_rows,
+                                             *lowbit_gemv.quantize_int4_rows(square_weight()),
+                                             zero="packed"),
+        "quantize_input": lambda: call(lowbit_gemv.quantize_input, stack().x, signed="h"),
+        "emulate": lambda: call(lowbit_gemv.emulate, stack(), "int4"),
+        "step_fn": lambda: call(lowbit_gemv.step_fn, stack(), "int8", 1, kernel_library()),
+    }),
+    **within("experiments.ort", {
+        "temp_dir": lambda: call(ort.temp_dir, "hwopt-test-", text="prefix"),
+        # The valid call runs the dynamo exporter for seconds (tests/test_ort.py); bad values are refused
+        # before it starts.
+        "export_onnx": lambda: call(ort.export_onnx, torch.nn.Linear(4, 2), (torch.zeros(1, 4),),
+                                    TMP / "export.onnx", dynamic_batch=True, input_names=["x"],
+                                    signed="example_inputs", run_valid=False),
+        "file_size_bytes": lambda: call(ort.file_size_bytes, onnx_path()),
+        "session_options": lambda: call(ort.session_options, threads=1, opt_level="basic",
+                                        optimized_model_path=TMP / "opt.onnx", allow_spinning=False),
+        "providers_for": lambda: call(ort.providers_for, "cuda", ["CPUExecutionProvider"]),
+        "make_session": lambda: call(ort.make_session, onnx_path(), threads=1, opt_level="all",
+                                     device="cpu", providers=["CPUExecutionProvider"]),
+        "run": lambda: call(ort.run, session(), np.ones((2, 4), dtype=np.float32)),
+        "Predictor": lambda: call(ort.Predictor, session()),
+        "optimized_graph": lambda: call(ort.optimized_graph, onnx_path(), "extended", threads=1),
+        "node_counts": lambda: call(ort.node_counts, onnx_path()),
+        "new_node_types": lambda: call(ort.new_node_types, ort.node_counts(onnx_path()),
+                                       ort.node_counts(onnx_path())),
+        "quantize_dynamic": lambda: call(ort.quantize_dynamic, onnx_path(), weight_type="quint8",
+                                         reduce_range=True, per_channel=False,
+                                         out_path=TMP / "dynamic.onnx"),
+        "ArrayCalibrationReader": lambda: call(ort.ArrayCalibrationReader, "x", np.ones((4, 4)), 2,
+                                               signed="data", text="input_name"),
+        "ArrayCalibrationReader.get_next": lambda: call(ort.ArrayCalibrationReader("x",
+                                                                                  np.ones((4, 4))).get_next),
+        "ArrayCalibrationReader.rewind": lambda: call(ort.ArrayCalibrationReader("x",
+                                                                                np.ones((4, 4))).rewind),
+        "quantize_static": lambda: call(ort.quantize_static, onnx_path(), np.ones((4, 4), np.float32),
+                                        batch_size=2, per_channel=False, reduce_range=False,
+                                        out_path=TMP / "static.onnx", signed="calibration_data"),
+        "linear_model": lambda: call(ort.linear_model, np.eye(4, dtype=np.float32), TMP / "l.onnx",
+                                     signed="weight", zero="weight"),
+        "int8_saturation_probe": lambda: call(ort.int8_saturation_probe, 16, 2, 0, 1, zero="seed"),
+        "tensorrt_available": lambda: call(ort.tensorrt_available, ["CPUExecutionProvider"]),
+        # Without TensorRT the valid calls cannot run; bad values are refused before the provider check.
+        "tensorrt_fp16_session": lambda: call(ort.tensorrt_fp16_session, onnx_path(), cache_dir=TMP,
+                                              available=["TensorrtExecutionProvider"], run_valid=False),
+        "tensorrt_fp16_check": lambda: call(ort.tensorrt_fp16_check, onnx_path(), np.ones((2, 4)),
+                                            np.ones((2, 4)), tolerance=0.01,
+                                            available=["TensorrtExecutionProvider"], run_valid=False,
+                                            signed="x reference"),
+    }),
+    **within("experiments.precision", {
+        "bytes_per_weight": lambda: call(precision.bytes_per_weight, "int4"),
+        "Quantized.dequantize": lambda: call(precision.quantize(weight(), 4).dequantize),
+        "quantize": lambda: call(precision.quantize, weight(), 4, per_channel=True,
+                                 symmetric=False, signed="w"),
+        "fake_quantize": lambda: call(precision.fake_quantize, weight(), 3, signed="w"),
+        "quantization_error": lambda: call(precision.quantization_error, weight(), 8, signed="w"),
+        "error_summary": lambda: call(precision.error_summary, weight(), 8, signed="w"),
+        "linear_layers": lambda: call(precision.linear_layers, mlp()),
+        "quantize_model_weights": lambda: call(precision.quantize_model_weights, mlp(), 4,
+                                               per_channel=True, symmetric=True, keep=["0"],
+                                               keep_bits=8),
+        "model_size_bytes": lambda: call(precision.model_size_bytes, mlp(), 4, keep=["0"],
+                                         keep_bits=8, per_channel=True),
+        "accuracy_vs_bits": lambda: call(precision.accuracy_vs_bits, mlp(), digits(), (8, 4),
+                                         per_channel=False, symmetric=True, keep=()),
+        "layer_sensitivity": lambda: call(precision.layer_sensitivity, mlp(), digits(), 2,
+                                          per_channel=False, symmetric=True),
+        "in_dtype": lambda: call(precision.in_dtype, mlp(), "bf16", "cpu"),
+        "torch_dynamic_int8": lambda: call(precision.torch_dynamic_int8, mlp()),
+        "compare_variants": lambda: call(precision.compare_variants, {"a": mlp(), "b": mlp()},
+                                         digits(), sizes_bytes={"a": 100.0}, timed=["a"],
+                                         batch_size=16, reference="b", device="cpu", repeats=2),
+        "format_variants": lambda: call(precision.format_variants, precision.compare_variants(
+{"a": mlp()}, digits(), batch_size=16, repeats=2), opaque="rows"),
+        "half_precision_verdict": lambda: call(precision.half_precision_verdict, 1e11, 1e9,
+                                               "bf16", text="precision"),
+        "int8_saturation_verdict": lambda: call(precision.int8_saturation_verdict, 0.08, 0.02,
+                                                True, zero="max_error_signed max_error_reduced"),
+        "plot_error_map": lambda: call(precision.plot_error_map, weight(), 4, per_channel=True,
+                                       symmetric=False, accuracy_value=0.9, signed="w",
+                                       zero="accuracy_value"),
+        "plot_accuracy_cliff": lambda: call(precision.plot_accuracy_cliff,
+                                            {"per-tensor": {8: 0.97, 4: 0.6}}, 0.98,
+                                            zero="reference"),
+        "precision_explorer": lambda: call(precision.precision_explorer, mlp(), digits(), "2"),
+    }),
+    **within("experiments.profiling", {
+        "Pipeline": lambda: call(profiling.Pipeline, pipeline().model, pipeline().raw, 2, 0.5,
+                                 "cpu", 1, bounded="io_ms", zero="io_ms raw"),
+        "make_pipeline": lambda: call(profiling.make_pipeline, 4, 8, 8, 2, 0.0, "cpu", 0, 1,
+                                      zero="io_ms seed", bounded="io_ms"),
+        "read_item": lambda: call(profiling.read_item, pipeline(), 1, zero="i"),
+        "preprocess_item": lambda: call(profiling.preprocess_item, pipeline().raw[0], zero="raw"),
+        "preprocess_batch": lambda: call(profiling.preprocess_batch, pipeline().raw, zero="raw"),
+        "run_pipeline": lambda: call(profiling.run_pipeline, pipeline(), prefetch=True,
+                                     batched=True, workers=2),
+        "slow_pipeline": lambda: call(profiling.slow_pipeline, pipeline()),
+        "fixed_pipeline": lambda: call(profiling.fixed_pipeline, pipeline(), 2),
+        "profiler_activities": lambda: call(profiling.profiler_activities, "cpu"),
+        "run_profiled": lambda: call(profiling.run_profiled, noop, "cpu"),
+        "time_by_category_ms": lambda: call(profiling.time_by_category_ms, profiled(), 5.0,
+                                            zero="wall_ms"),
+        "hotspot": lambda: call(profiling.hotspot, {"data": 3.0, "compute": 1.0},
+                                zero="times_ms"),
+        "key_averages_table": lambda: call(profiling.key_averages_table, profiled(), 3),
+        "save_trace": lambda: call(profiling.save_trace, profiled(), "trace", TMP / "traces",
+                                   text="name"),
+        "plot_time_by_category": lambda: call(profiling.plot_time_by_category,
+                                              {"slow": {"data": 3.0, "compute": 1.0}},
+                                              zero="by_pipeline"),
+        "amdahl": lambda: call(profiling.amdahl, {"data": 3.0, "compute": 1.0}, "data", 4.0,
+                               zero="times_ms"),
+        "overall_speedup": lambda: call(profiling.overall_speedup, {"data": 3.0, "compute": 1.0},
+                                        "data", 4.0, zero="times_ms"),
+        "plot_amdahl": lambda: call(profiling.plot_amdahl, {"data": 3.0, "compute": 1.0},
+                                    "data", 4.0, zero="times_ms"),
+        "amdahl_explorer": lambda: call(profiling.amdahl_explorer, {"data": 3.0, "compute": 1.0},
+                                        zero="times_ms"),
+        "nsys_available": lambda: call(profiling.nsys_available),
+        "nsys_command": lambda: call(profiling.nsys_command, "train.py", "report",
+                                     text="script output"),
+        # Needs NVIDIA Nsight Systems on PATH; bad values are refused before it is looked for.
+        "run_nsys": lambda: call(profiling.run_nsys, "train.py", "report", 60.0,
+                                 bounded="timeout_s", text="script output", run_valid=False),
+        "nsys_stats_command": lambda: call(profiling.nsys_stats_command, "report", text="output"),
+        "write_pipeline_script": lambda: call(profiling.write_pipeline_script, TMP / "p.py"),
+    }),
+    **within("experiments.roofline_points", {
+        "matmul_sweep": lambda: call(roofline_points.matmul_sweep, (16, 32), "cpu",
+                                     "float32", False),
+        "predicted_matmul_flops": lambda: call(roofline_points.predicted_matmul_flops, 256,
+                                               1e12, 100.0, 2.0),
+        "plot_matmul_sweep": lambda: call(roofline_points.plot_matmul_sweep, (16, 32),
+                                          {"cpu": [1e9, 2e9]}, [2e9, 3e9]),
+        "gemm_point": lambda: call(roofline_points.gemm_point, 256, 1e11, 4.0),
+        "gemv_point": lambda: call(roofline_points.gemv_point, 64, 64, 1e-5, 1.0, "g", 2,
+                                   text="label"),
+        "triad_point": lambda: call(roofline_points.triad_point, 20.0),
+        "intensity_table": lambda: call(roofline_points.intensity_table,
+                                        [roofline_points.triad_point(20.0)], 1e12, 20.0),
+    }),
+    **within("experiments.tiny_decoder", {
+        "Block": lambda: call(tiny_decoder.Block, 16, 2),
+        "TinyDecoder": lambda: call(tiny_decoder.TinyDecoder, 32, 16, 1, 2, 64),
+        "make_tiny_decoder": lambda: call(tiny_decoder.make_tiny_decoder, 32, 16, 1, 2, 0,
+                                          "cpu", zero="seed"),
+        "weight_bytes_per_token": lambda: call(tiny_decoder.weight_bytes_per_token, decoder()),
+        "generate": lambda: call(tiny_decoder.generate, decoder(),
+                                 torch.tensor([[1, 2, 3]]), 4, zero="prompt"),
+        "measure_decode": lambda: call(tiny_decoder.measure_decode, decoder(), 4, 3, "cpu", 1),
+        "estimated_tokens_per_s": lambda: call(tiny_decoder.estimated_tokens_per_s, decoder(),
+                                               20.0),
+    }),
+    **within("widgets", {
+        "int_slider": lambda: call(widgets.int_slider, "n", 1, 8, 4, step=1, unit="items",
+                                   continuous_update=True, signed="min max value", text="label unit"),
+        "float_slider": lambda: call(widgets.float_slider, "x", 0.0, 2.0, 1.0, step=0.5, unit="ms",
+                                     readout_format=".2f", signed="min max value",
+                                     text="label unit readout_format"),
+        "log_slider": lambda: call(widgets.log_slider, "size", 0.1, 100.0, 1.0, unit="MB", steps_per_decade=5,
+                                   text="label unit"),
+        "dropdown": lambda: call(widgets.dropdown, "batch", [1, 2, 4], 2, unit="items", text="label unit",
+                                 opaque="options"),
+        "toggle": lambda: call(widgets.toggle, "precision", ["fp32", "fp16"], "fp16", text="label",
+                               opaque="options"),
+        "explore": lambda: call(widgets.explore, noop_kwargs, horizontal=True, x=[1, 2]),
+    }),
+}
+
+# Public callables not fed bad values, each with the reason.
+EXCLUDED: dict[str, str] = {
+    "formats.Format": "the vocabulary of formats (hwopt/formats.py, tests/test_formats.py), not user input",
+    "formats.get": "the format checker itself (tests/test_formats.py): it names the argument it is told",
+    "formats.bytes_per_weight": "formats.get under another name (tests/test_formats.py)",
+    # Results the toolkit builds and returns; the functions that take one back check its type.
+    "cost.costs.ChipEstimate": "a result of costs.estimate",
+    "cost.serving.ServingStats": "a result of serving.simulate_dynamic_batching",
+    "cost.serving.GenerationStats": "a result of serving.simulate_generation",
+    "machine.specs.Chip": "a row of data/chips.csv, checked by specs.load_chips",
+    "machine.card.MachineCard": "a result of card.machine_card",
+    "machine.hardware.GPUInfo": "a result of hardware.cuda_gpus",
+    "machine.hardware.MachineInfo": "a result of hardware.machine",
+    "machine.probe.Ceilings": "a result of probe.probe",
+    "experiments.classifier.Digits": "a result of classifier.load_digits",
+    "experiments.decode.DecodePath": "a result of decode.decode_paths",
+    "experiments.decode.DecodeResult": "a result of decode.time_paths",
+    "experiments.precision.Quantized": "a result of precision.quantize",
+    # Tensor code that torch traces (torch.compile, ONNX export, the decode loop): a check there would break
+    # the trace or slow every step; the functions that feed them check the inputs.
+    "experiments.fusion.chain": "traced by torch.compile and the ONNX exporter; chain_inputs checks inputs",
+    "experiments.fusion.Chain.forward": "traced by torch.compile and the ONNX exporter",
+    "experiments.tiny_decoder.Block.forward": "runs every decode step; generate and measure_decode check",
+    "experiments.tiny_decoder.TinyDecoder.forward": "every decode step; generate and measure_decode check",
+}
+
+
+# ---- the tests --------------------------------------------------------------------------------------------
+
+
+def public_callables() -> set[str]:
+    """'module.name' and 'module.Class.method' of every public function, class and method, course excepted."""
+    found = set()
+    for info in pkgutil.walk_packages(hwopt.__path__, "hwopt."):
+        if info.name.startswith(("hwopt.course", "hwopt.arguments")) or info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        short = info.name.removeprefix("hwopt.")
+        for name, obj in vars(module).items():
+            if name.startswith("_") or getattr(obj, "__module__", None) != info.name:
+                continue
+            if inspect.isfunction(obj):
+                found.add(f"{short}.{name}")
+            elif inspect.isclass(obj) and not issubclass(obj, BaseException):
+                found.add(f"{short}.{name}")
+                found |= {f"{short}.{name}.{m}" for m, f in vars(obj).items()
+                          if not m.startswith("_") and inspect.isfunction(f)}
+    return found
+
+
+def test_every_public_function_is_specified_or_excluded_with_a_reason():
+    public = public_callables()
+    missing = sorted(public - set(VALID) - set(EXCLUDED))
+    assert not missing, f"add a valid call to VALID (or a reason to EXCLUDED) for: {missing}"
+    stale = sorted((set(VALID) | set(EXCLUDED)) - public)
+    assert not stale, f"no such public callable any more: {stale}"
+    assert not set(VALID) & set(EXCLUDED)
+
+
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
+                    suppress_health_check=list(HealthCheck))
+
+
+def explore(c: Call, bound, name: str, bad_strategy) -> list[str]:
+    """Problems hypothesis finds with more bad values of one parameter ([] when none)."""
+
+    @SETTINGS
+    @given(bad_strategy)
+    def refuses(bad):
+        problem = refusal_problem(c, bound, name, bad)
+        assert problem is None, problem
+
+    try:
+        refuses()
+    except AssertionError as error:
+        return [str(error).splitlines()[0]]
+    return []
+
+
+@pytest.mark.parametrize("qualname", sorted(VALID))
+def test_bad_input_raises_value_error_naming_the_argument(qualname):
+    c = VALID[qualname]()
+    try:
+        if c.run_valid:
+            with time_limit(VALID_LIMIT_S):
+                c.fn(*c.args, **c.kwargs)
+        problems = []
+        for p, bound in attacked_parameters(c):
+            for bad in bad_values(p, c):
+                problem = refusal_problem(c, bound, p.name, bad)
+                problems += [problem] if problem else []
+            problems += explore(c, bound, p.name, strategy(p, c))
+    finally:
+        plt.close("all")
+    assert not problems, f"{qualname}:\n  " + "\n  ".join(dict.fromkeys(problems))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_temporary_files():
+    yield
+    shutil.rmtree(TMP, ignore_errors=True)

@@ -317,3 +317,9 @@ def test_datasheet_share_of_a_measurement():
 def test_every_row_is_found_by_its_own_name():
     for r in ROWS:
         assert specs.get_chip(r["name"]).name == r["name"]
+
+
+def test_memory_is_gib_in_the_table_and_gb_of_1e9_bytes_beside_the_footprint_model():
+    h100 = specs.get_chip("NVIDIA H100 SXM")
+    assert h100.memory_bytes == h100.memory_gib * 2**30
+    assert h100.memory_gb == pytest.approx(h100.memory_gib * 1.073741824)

@@ -78,6 +78,11 @@ class Chip:
         """Memory capacity in bytes (memory_gib * 2**30; None where the table gives none)."""
         return None if self.memory_gib is None else self.memory_gib * 2**30
 
+    @property
+    def memory_gb(self) -> float | None:
+        """Memory capacity in GB of 1e9 bytes, the unit of the footprint model (None where none is given)."""
+        return None if self.memory_bytes is None else self.memory_bytes / 1e9
+
     def peaks(self) -> dict[str, float]:
         """The peak columns this row fills: column -> TFLOPS (TOPS for integers)."""
         return {c: getattr(self, c) for c in PEAK_COLUMNS if getattr(self, c) is not None}

@@ -16,7 +16,12 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
-ASSIGNMENTS = ("batching", "bandwidth_precision", "latency_budget", "quiz")
+ASSIGNMENTS = (
+    "batching", "bandwidth_precision", "latency_budget", "quiz",
+    "roofline",  # assignment 5
+    "fusion",  # assignment 7
+)
+ATTACKED = ("batching", "bandwidth_precision", "latency_budget", "quiz")  # the attack samples target these
 SOLUTION_MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
 
 
@@ -80,6 +85,25 @@ def v_wrong(a, release, good):
             c.source = re.sub(r'(_answer = )"([a-d])"', lambda m: f'{m[1]}"{"b" if m[2] != "b" else "c"}"',
                               re.sub(r"(_answer = )([0-9.]+)", r"\g<1>1.0", c.source))
         return good
+    if a == "roofline":  # GEMM bytes without the write of C
+        return edit(good, "op_cost", "elements = m * k + k * n + m * n", "elements = m * k + k * n")
+    if a == "fusion":  # unfused bytes count each op's reads but not its write
+        return edit(good, "unfused", 'tensors += len(set(op["inputs"])) + 1',
+                    'tensors += len(set(op["inputs"]))')
+    return good
+
+
+def v_roofline_slip(a, release, good):
+    if a == "roofline":  # the KV cache counted once: K read, V forgotten
+        return edit(good, "op_cost", "elements = 2 * seq_len * n_kv_heads * head_dim",
+                    "elements = seq_len * n_kv_heads * head_dim")
+    return good
+
+
+def v_fusion_slip(a, release, good):
+    if a == "fusion":  # fuses across a node whose output feeds two consumers
+        return edit(good, "groups", "if both_elementwise and len(consumers[producer]) == 1:",
+                    "if both_elementwise:")
     return good
 
 
@@ -407,20 +431,29 @@ STUDENTS: dict[str, Variant] = {
     "transformer": v_transformer, "equals_anything": v_equals_anything, "toolkit": v_toolkit,
     "read_source": v_read_source, "write_files": v_write_files, "signal": v_signal,
     "signal_next": v_correct, "flood": v_flood, "fork_bomb": v_fork_bomb,
+    "roofline_slip": v_roofline_slip,
+    "fusion_slip": v_fusion_slip,
 }
 ATTACKS_WITHOUT_WORK = ("transformer", "equals_anything", "toolkit", "read_source")
 ATTACKS_WITH_WORK = ("write_files", "signal", "flood")  # signal_next: graded right after signal
 
 ALL = ASSIGNMENTS
 # The assignments each sample is about (the end-to-end test grades only these; a class demo grades all).
-TARGETS = {"correct": ALL, "blank": ALL, "wrong": ("latency_budget", "quiz"), "raises": ("batching",),
+TARGETS = {"correct": ALL, "blank": ALL, "raises": ("batching",),
+           "wrong": ("latency_budget", "quiz",
+                     "roofline",
+                     "fusion"),
            "infinite_loop": ("latency_budget",), "sigint_loop": ("latency_budget",),
            "edited_tests": ("latency_budget",), "hardcoded": ("latency_budget",), "stderr": ("batching",),
            "memory_hog": ("bandwidth_precision",), "invalid_json": ("quiz",), "missing": ("latency_budget",),
            "colab": ("latency_budget",), "stripped": ("latency_budget",),
-           **{name: ALL for name in (*ATTACKS_WITHOUT_WORK, *ATTACKS_WITH_WORK, "signal_next")},
-           "fork_bomb": ("latency_budget",)}
-FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "quiz": 10.0}
+           **{name: ATTACKED for name in (*ATTACKS_WITHOUT_WORK, *ATTACKS_WITH_WORK, "signal_next")},
+           "fork_bomb": ("latency_budget",),
+           "roofline_slip": ("roofline",),
+           "fusion_slip": ("fusion",)}
+FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "quiz": 10.0,
+        "roofline": 11.0,
+        "fusion": 11.0}
 # (student, assignment) -> (score, status) the grader must give.
 EXPECTED = {
     **{("correct", a): (FULL[a], "ok") for a in ALL},
@@ -438,9 +471,17 @@ EXPECTED = {
     ("missing", "latency_budget"): (0.0, "missing notebook"),
     ("colab", "latency_budget"): (12.0, "ok"),
     ("stripped", "latency_budget"): (12.0, "ok"),
-    **{(name, a): (0.0, "ok") for name in ATTACKS_WITHOUT_WORK for a in ALL},
-    **{(name, a): (FULL[a], "ok") for name in (*ATTACKS_WITH_WORK, "signal_next") for a in ALL},
+    **{(name, a): (0.0, "ok") for name in ATTACKS_WITHOUT_WORK for a in ATTACKED},
+    **{(name, a): (FULL[a], "ok") for name in (*ATTACKS_WITH_WORK, "signal_next") for a in ATTACKED},
     ("fork_bomb", "latency_budget"): (12.0, "ok"),
+    # roofline (11): GEMM without C's write loses gemm (1) and real chips (2, its GEMM cases)
+    ("wrong", "roofline"): (8.0, "ok"),
+    # roofline: the KV cache counted once loses attention (2) and real chips (2, its attention cases)
+    ("roofline_slip", "roofline"): (7.0, "ok"),
+    # fusion (11): unfused bytes without the writes lose unfused (2) and predicted times (1)
+    ("wrong", "fusion"): (8.0, "ok"),
+    # fusion: fusing across a two-consumer node loses fan-out (2) and epilogues (2, two_matmuls' scale)
+    ("fusion_slip", "fusion"): (7.0, "ok"),
 }
 
 
@@ -453,7 +494,7 @@ def write_submissions(submitted: Path, students: dict[str, str] | None = None, t
                       root: Path = ROOT) -> list[tuple[str, str]]:
     """Write submitted/<student>/<assignment>/<notebook>.ipynb; students maps id -> sample name.
 
-    targets_only: each sample submits only the assignments it is about (TARGETS), else all four.
+    targets_only: each sample submits only the assignments it is about (TARGETS), else all of them.
     """
     students = students or {name: name for name in STUDENTS}
     written = []

@@ -32,6 +32,7 @@ LIMITS: dict[str, int | float] = {
     "seed": 2**32 - 1,  # random seeds (every generator of numpy and torch takes 0 .. 2**32 - 1)
     "seconds": 3_600.0,  # a duration the toolkit sleeps, waits or measures for
     "megabytes": float(1 << 20),  # an array the toolkit allocates, MB (1 TB)
+    "bytes": 1 << 50,  # a size in bytes the toolkit is told, a cache or a memory (1 PiB)
     "learning_rate": 10.0,  # an optimizer's step size (beyond this, training only diverges)
 }
 

@@ -151,7 +151,7 @@ def test_fusion_explorer_redraws(monkeypatch):
         (lambda: fusion.gelu_elements_per_s(n_elements=0), "n_elements"),
         (lambda: fusion.chain_roofs(0, 10.0, 1e9), "n_elements"),
         (lambda: fusion.chain_roofs(10, 10.0, 1e9, n_passes=0), "n_passes"),
-        (lambda: fusion.chain_roofs(10, 10.0, 0), "transcendentals_per_s"),
+        (lambda: fusion.chain_roofs(10, 10.0, 0), "gelus_per_s"),
     ],
 )
 def test_bad_input(call, match):

@@ -202,7 +202,7 @@ def test_compare_paths_times_this_path_against_avx2(stack):
     assert comparison.speedup("int8") > 0
     with pytest.raises(ValueError, match="precisions"):
         lowbit_gemv.compare_paths(stack, precisions=("int2",))
-    with pytest.raises(ValueError, match="path must be one of"):
+    with pytest.raises(ValueError, match="baseline must be one of"):
         lowbit_gemv.compare_paths(stack, baseline="sse2")
 
 

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hwopt
-from hwopt import plots, widgets
+from hwopt import formats, plots, widgets
 from hwopt.cost import batching, costs, footprint, roofline, serving
 from hwopt.experiments import (
     classifier,
@@ -384,8 +384,8 @@ def stack() -> decode.DecodeStack:
 @functools.cache
 def decode_result() -> decode.DecodeResult:
     s = stack()
-    paths = {"fp32 numpy": decode.DecodePath("fp32 numpy", "fp32", decode.numpy_step(s), s.weight_bytes(4)),
-             "int8 numpy": decode.DecodePath("int8 numpy", "int8", decode.numpy_step(s), s.weight_bytes(1))}
+    paths = {label: decode.DecodePath(label, fmt, fmt, decode.numpy_step(s), s.weight_bytes(fmt))
+             for label, fmt in (("fp32 numpy", "fp32"), ("int8 numpy", "int8"))}
     times = {"fp32 numpy": (0.004, 0.004), "int8 numpy": (0.002, 0.002)}
     return decode.DecodeResult(paths, {k: bench.Measurement(k, t) for k, t in times.items()})
 
@@ -439,6 +439,29 @@ def square_weight() -> np.ndarray:
     return stack().layers[0]
 
 
+@functools.cache
+def int8_session():
+    return ort.make_session(decode.int8_model_bytes(stack()), threads=1)
+
+
+@functools.cache
+def path_comparison() -> lowbit_gemv.PathComparison:
+    times = {"int8 avx512-vnni": (0.001, 0.001), "int8 avx2": (0.002, 0.002)}
+    measurements = {k: bench.Measurement(k, t) for k, t in times.items()}
+    return lowbit_gemv.PathComparison("avx512-vnni", "avx2", measurements)
+
+
+@functools.cache
+def chain_prediction() -> fusion.ChainPrediction:
+    return fusion.chain_roofs(1 << 20, 20.0, 1e9)
+
+
+def chain_rows() -> list[dict]:
+    results = {"compiled": bench.Measurement("compiled", (0.003, 0.003)),
+               "compiled, out given": bench.Measurement("compiled, out given", (0.002, 0.002))}
+    return fusion.report_rows(results, 1 << 20, {"compiled": 3, "compiled, out given": 3}, 20.0)
+
+
 def within(module: str, calls: dict) -> dict:
     """The calls of one module, keyed 'module.name'."""
     return {f"{module}.{name}": c for name, c in calls.items()}
@@ -481,6 +504,11 @@ VALID: dict[str, Callable[[], Call]] = {
         "KernelPoint": lambda: call(roofline.KernelPoint, "k", 2.0, 1e9, text="label"),
         "plot_roofline": lambda: call(roofline.plot_roofline, [("roof", 1e12, 100.0)],
                                       [("k", 2.0, 1e9)], title="t", text="title"),
+        "ElementwiseRoofs": lambda: call(roofline.ElementwiseRoofs, 1e-3, 2e-3,
+                                         zero="memory_s transcendental_s"),
+        "elementwise_roofs": lambda: call(roofline.elementwise_roofs, 1e6, 20.0, 1e5, 1e9,
+                                          zero="n_bytes n_transcendentals"),
+        "transcendental_ridge_bytes": lambda: call(roofline.transcendental_ridge_bytes, 20.0, 1e9),
     }),
     **within("cost.batching", {
         "batch_latency_ms": lambda: call(batching.batch_latency_ms, 4, 1.0, 0.5, zero="overhead_ms"),
@@ -490,6 +518,9 @@ VALID: dict[str, Callable[[], Call]] = {
         "fit_latency_model": lambda: call(batching.fit_latency_model, [1, 2, 4], [2.0, 3.0, 5.0],
                                           relative=False),
         "predicted_latency_ms": lambda: call(batching.predicted_latency_ms, 1e6, 4, 1e12, 100.0, 2.0),
+        "batch1_regime": lambda: call(batching.batch1_regime, 1e6, "last-level cache", 32 * 2**20,
+                                      text="cache_name"),
+        "batch1_verdict": lambda: call(batching.batch1_verdict, 1e6, 0.1, 20.0),
         "make_mlp": lambda: call(batching.make_mlp, 8, 2, 0, zero="seed"),
         "BatchSweep": lambda: call(batching.BatchSweep, (1, 2), (measurement(), measurement())),
         "BatchSweep.knee": lambda: call(sweep().knee, 0.9),
@@ -505,12 +536,17 @@ VALID: dict[str, Callable[[], Call]] = {
         "budget_explorer": lambda: call(batching.budget_explorer, sweep(), latency_fit()),
     }),
     **within("cost.costs", {
-        "check_precision": lambda: call(costs.check_precision, "int8"),
         "peak_flops": lambda: call(costs.peak_flops, chip(), "fp16"),
+        "peak_basis": lambda: call(costs.peak_basis, chip(), "int4"),
+        "skipped": lambda: call(costs.skipped, "fp8_e4m3", chips()[:6]),
+        "inference_definition": lambda: call(costs.inference_definition, 1e9, 4, "fp16"),
+        "beyond_the_bound": lambda: call(costs.beyond_the_bound, 1e9, 1, "fp16", chip(), 1e9, 0.5,
+                                         "KV cache bytes per step", zero="extra_bytes",
+                                         bounded="utilisation", text="extra_label"),
         "roofline_time_s": lambda: call(costs.roofline_time_s, 1e9, 1e6, 1e12, 100.0,
                                         zero="flop bytes_moved"),
         "cost_per_million_usd": lambda: call(costs.cost_per_million_usd, 1e-3, 3.6),
-        "estimate": lambda: call(costs.estimate, 1e9, 4, "fp16", chips()[:6]),
+        "estimate": lambda: call(costs.estimate, 1e9, 4, "fp16", chips()[:6], 1e6, zero="extra_bytes"),
         "best_chip": lambda: call(costs.best_chip, costs.estimate(1e9, 1, "fp16", chips()[:6])),
         "cost_report": lambda: call(costs.cost_report, 1e9, 4, "fp16", chips()[:6], top=3),
         "plot_costs": lambda: call(costs.plot_costs, costs.estimate(1e9, 1, "fp16", chips()), title="t",
@@ -525,6 +561,8 @@ VALID: dict[str, Callable[[], Call]] = {
                                    256, "https://example.org", text="name source_url"),
         "load_shapes": lambda: call(footprint.load_shapes, footprint.SHAPES_CSV),
         "get_shape": lambda: call(footprint.get_shape, "Llama-3-8B", footprint.SHAPES_CSV),
+        "activation_precision": lambda: call(footprint.activation_precision, "int4"),
+        "kv_format": lambda: call(footprint.kv_format, "fp16", "int8"),
         "weights_bytes": lambda: call(footprint.weights_bytes, shape(), "int8"),
         "kv_cache_bytes": lambda: call(footprint.kv_cache_bytes, shape(), 2, 128, "fp16"),
         "activation_bytes": lambda: call(footprint.activation_bytes, shape(), 2, 128, "fp16",
@@ -569,10 +607,13 @@ VALID: dict[str, Callable[[], Call]] = {
         "time_fn": lambda: call(bench.time_fn, noop, label="x", device="cpu", warmup=1, repeats=2,
                                 number=3, clock=time.perf_counter, zero="warmup", text="label"),
         "speedup": lambda: call(bench.speedup, measurement(), measurement()),
+        "quantile": lambda: call(bench.quantile, [1.0, 3.0, 2.0], 0.25, signed="values", zero="q",
+                                 bounded="q"),
         "plot_measurements": lambda: call(bench.plot_measurements, measure_three(), unit="us"),
     }),
     **within("machine.specs", {
-        "canonical_dtype": lambda: call(specs.canonical_dtype, "bf16"),
+        "Chip.peaks": lambda: call(chip().peaks),
+        "Chip.peak_column": lambda: call(chip().peak_column, "int8"),
         "Chip.has_dtype": lambda: call(chip().has_dtype, "int8"),
         "Chip.peak_flops": lambda: call(chip().peak_flops, "fp16"),
         "Chip.ridge_point": lambda: call(chip().ridge_point, "fp32"),
@@ -584,6 +625,8 @@ VALID: dict[str, Callable[[], Call]] = {
         "closest_chips": lambda: call(specs.closest_chips, 40.0, 2e11, 2, dtype="fp32",
                                       path=str(specs.CHIPS_CSV)),
         "table": lambda: call(specs.table, chips()[:4], "fp16"),
+        "compare_bandwidth": lambda: call(specs.compare_bandwidth, chip(), specs.get_chip("h100 sxm")),
+        "datasheet_share": lambda: call(specs.datasheet_share, 20.0, chip(), "this machine", text="label"),
     }),
     **within("machine.card", {
         "spec_for_device_name": lambda: call(card.spec_for_device_name, "Tesla T4", chips(),
@@ -610,6 +653,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "read_text": lambda: call(hardware.read_text, "/proc/self/status", text="path"),
         "run_sysctl": lambda: call(hardware.run_sysctl),
         "cuda_gpus": lambda: call(hardware.cuda_gpus),
+        "last_level_cache": lambda: call(hardware.last_level_cache, "cpu"),
         "mps_available": lambda: call(hardware.mps_available),
         "torch_info": lambda: call(hardware.torch_info),
         "ort_info": lambda: call(hardware.ort_info),
@@ -618,8 +662,9 @@ VALID: dict[str, Callable[[], Call]] = {
         "simd_meaning": lambda: call(hardware.simd_meaning, ["AVX2", "FMA"], "x86_64", text="arch"),
     }),
     **within("machine.probe", {
-        "canonical_dtype": lambda: call(probe.canonical_dtype, "fp16"),
-        "last_level_cache_bytes": lambda: call(probe.last_level_cache_bytes),
+        "cache_sizes_bytes": lambda: call(probe.cache_sizes_bytes, probe.CPU_CACHE_DIR, text="root"),
+        "last_level_cache_bytes": lambda: call(probe.last_level_cache_bytes, probe.CPU_CACHE_DIR,
+                                               text="root"),
         "default_array_mb": lambda: call(probe.default_array_mb, "cpu"),
         "triad_bytes": lambda: call(probe.triad_bytes, 1024, "fp32"),
         "memory_bandwidth_gbs": lambda: call(probe.memory_bandwidth_gbs, "cpu", size_mb=1.0, repeats=2,
@@ -655,7 +700,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "size_and_speed_report": lambda: call(decode.size_and_speed_report, 7e9, 2.0, 100.0),
         "DecodeStack": lambda: call(decode.DecodeStack, stack().layers, stack().x,
                                     signed="layers x"),
-        "DecodeStack.weight_bytes": lambda: call(stack().weight_bytes, 0.5),
+        "DecodeStack.weight_bytes": lambda: call(stack().weight_bytes, "int4_g32"),
         "layers_for_working_set": lambda: call(decode.layers_for_working_set, 64, 1e6, 0.5),
         "make_stack": lambda: call(decode.make_stack, 64, 2, 0, zero="seed"),
         "reference": lambda: call(decode.reference, stack()),
@@ -679,9 +724,10 @@ VALID: dict[str, Callable[[], Call]] = {
                                           zero="accuracy_level"),
         "int4_model_bytes": lambda: call(decode.int4_model_bytes, stack(), 32, 0,
                                          zero="accuracy_level"),
-        "ort_session": lambda: call(decode.ort_session, decode.int8_model_bytes(stack()), 1),
-        "ort_step": lambda: call(decode.ort_step, decode.ort_session(decode.int8_model_bytes(stack()),
-                                                                     1), stack()),
+        "nbits_format": lambda: call(decode.nbits_format, 4, 32),
+        "ort_step": lambda: call(decode.ort_step, int8_session(), stack()),
+        "weight_formats": lambda: call(decode.weight_formats, 64),
+        "prediction_table": lambda: call(decode.prediction_table, stack(), 20.0),
         "decode_paths": lambda: call(decode.decode_paths, stack(), "cpu", 1),
         "check_paths": lambda: call(decode.check_paths, decode_result().paths, stack()),
         "DecodeResult.achieved_gbs": lambda: call(decode_result().achieved_gbs, "int8 numpy"),
@@ -699,6 +745,14 @@ VALID: dict[str, Callable[[], Call]] = {
     **within("experiments.fusion", {
         "Chain": lambda: call(fusion.Chain, torch.ones(4), 0.5, signed="bias scale", zero="scale"),
         "chain_inputs": lambda: call(fusion.chain_inputs, 4, 8, "cpu", 0, zero="seed"),
+        "cache_bytes": lambda: call(fusion.cache_bytes, "cpu"),
+        "chain_shape": lambda: call(fusion.chain_shape, "cpu", cache_multiple=4.0, cols=1024),
+        "gelu_elements_per_s": lambda: call(fusion.gelu_elements_per_s, "cpu", 4096, repeats=2,
+                                            clock=time.perf_counter),
+        "ChainPrediction": lambda: call(fusion.ChainPrediction, roofline.ElementwiseRoofs(1e-3, 2e-3), 1e-3,
+                                        zero="other_memory_s"),
+        "chain_roofs": lambda: call(fusion.chain_roofs, 1 << 20, 20.0, 1e9, fused=False, n_passes=9),
+        "bound_sentence": lambda: call(fusion.bound_sentence, chain_prediction(), 20.0, 1e9),
         "passes": lambda: call(fusion.passes, 4, 1, fused=True, zero="extra_inputs"),
         "bytes_moved": lambda: call(fusion.bytes_moved, 1024, fused=False, n_ops=4, extra_inputs=1,
                                     bytes_per_element=2.0, zero="extra_inputs"),
@@ -713,17 +767,24 @@ VALID: dict[str, Callable[[], Call]] = {
                                       signed="candidate reference"),
         "fusion_explorer": lambda: call(fusion.fusion_explorer, 20.0),
         "report_rows": lambda: call(fusion.report_rows, measure_three(), 1024, {"a": 9, "b": 3}, 20.0,
-                                    "b"),
+                                    "b", gelus_per_s=1e9, fused_labels=["b"]),
         "format_report": lambda: call(fusion.format_report,
                                       fusion.report_rows(measure_three(), 1024, {"a": 9, "b": 3},
                                                          20.0), opaque="rows"),
+        "fresh_output_sentence": lambda: call(fusion.fresh_output_sentence, chain_rows(), "compiled",
+                                              "compiled, out given", opaque="rows"),
     }),
     **within("experiments.lowbit_gemv", {
         "cache_dir": lambda: call(lowbit_gemv.cache_dir),
         "find_compiler": lambda: call(lowbit_gemv.find_compiler, "gcc", text="cc"),
-        "build": lambda: call(lowbit_gemv.build, None, lowbit_gemv.FLAGS, TMP, text="cc"),
+        "runnable_paths": lambda: call(lowbit_gemv.runnable_paths, ["AVX2", "FMA"], "x86_64", text="arch"),
+        "best_path": lambda: call(lowbit_gemv.best_path, ["AVX2", "FMA"], "x86_64", text="arch"),
+        "path_flags": lambda: call(lowbit_gemv.path_flags, "avx2"),
+        "build": lambda: call(lowbit_gemv.build, None, lowbit_gemv.PORTABLE_FLAGS, TMP, text="cc"),
         "open_library": lambda: call(lowbit_gemv.open_library, lowbit_gemv.build()),
         "unavailable_reason": lambda: call(lowbit_gemv.unavailable_reason),
+        "kernel_path": lambda: call(lowbit_gemv.kernel_path, kernel_library()),
+        "path_report": lambda: call(lowbit_gemv.path_report, kernel_library()),
         "quantize_int8_rows": lambda: call(lowbit_gemv.quantize_int8_rows, square_weight(),
                                            signed="w"),
         "dequantize_int8_rows": lambda: call(lowbit_gemv.dequantize_int8_rows,
@@ -737,9 +798,13 @@ VALID: dict[str, Callable[[], Call]] = {
         "quantize_input": lambda: call(lowbit_gemv.quantize_input, stack().x, signed="h"),
         "emulate": lambda: call(lowbit_gemv.emulate, stack(), "int4"),
         "step_fn": lambda: call(lowbit_gemv.step_fn, stack(), "int8", 1, kernel_library()),
+        "PathComparison.speedup": lambda: call(path_comparison().speedup, "int8"),
+        "PathComparison.verdict": lambda: call(path_comparison().verdict),
+        "compare_paths": lambda: call(lowbit_gemv.compare_paths, stack(), "avx2", ("int8",), 1, 2),
     }),
     **within("experiments.ort", {
         "temp_dir": lambda: call(ort.temp_dir, "hwopt-test-", text="prefix"),
+        "remove_temp_dirs": lambda: call(ort.remove_temp_dirs),
         # The valid call runs the dynamo exporter for seconds (tests/test_ort.py); bad values are refused
         # before it starts.
         "export_onnx": lambda: call(ort.export_onnx, torch.nn.Linear(4, 2), (torch.zeros(1, 4),),
@@ -773,6 +838,8 @@ VALID: dict[str, Callable[[], Call]] = {
                                      signed="weight", zero="weight"),
         "int8_saturation_probe": lambda: call(ort.int8_saturation_probe, 16, 2, 0, 1, zero="seed"),
         "tensorrt_available": lambda: call(ort.tensorrt_available, ["CPUExecutionProvider"]),
+        "tensorrt_status": lambda: call(ort.tensorrt_status, ["CPUExecutionProvider"], gpu=False,
+                                        tensorrt_package=False),
         # Without TensorRT the valid calls cannot run; bad values are refused before the provider check.
         "tensorrt_fp16_session": lambda: call(ort.tensorrt_fp16_session, onnx_path(), cache_dir=TMP,
                                               available=["TensorrtExecutionProvider"], run_valid=False),
@@ -783,6 +850,8 @@ VALID: dict[str, Callable[[], Call]] = {
     }),
     **within("experiments.precision", {
         "bytes_per_weight": lambda: call(precision.bytes_per_weight, "int4"),
+        "levels": lambda: call(precision.levels, 4, symmetric=False),
+        "torch_int8_api": lambda: call(precision.torch_int8_api),
         "Quantized.dequantize": lambda: call(precision.quantize(weight(), 4).dequantize),
         "quantize": lambda: call(precision.quantize, weight(), 4, per_channel=True,
                                  symmetric=False, signed="w"),
@@ -884,6 +953,12 @@ VALID: dict[str, Callable[[], Call]] = {
         "measure_decode": lambda: call(tiny_decoder.measure_decode, decoder(), 4, 3, "cpu", 1),
         "estimated_tokens_per_s": lambda: call(tiny_decoder.estimated_tokens_per_s, decoder(),
                                                20.0),
+        "kv_bytes_read": lambda: call(tiny_decoder.kv_bytes_read, decoder(), 16, zero="context_len"),
+        "bound_report": lambda: call(tiny_decoder.bound_report, decoder(), 1000.0, 20.0, 16,
+                                     zero="context_len"),
+    }),
+    **within("formats", {
+        "Format.describe": lambda: call(formats.get("int4_g32").describe),
     }),
     **within("widgets", {
         "int_slider": lambda: call(widgets.int_slider, "n", 1, 8, 4, step=1, unit="items",
@@ -906,6 +981,8 @@ EXCLUDED: dict[str, str] = {
     "formats.Format": "the vocabulary of formats (hwopt/formats.py, tests/test_formats.py), not user input",
     "formats.get": "the format checker itself (tests/test_formats.py): it names the argument it is told",
     "formats.bytes_per_weight": "formats.get under another name (tests/test_formats.py)",
+    "formats.torch_dtype": "formats.get with a torch dtype's name (tests/test_formats.py): it names the "
+                           "argument it is told",
     # Results the toolkit builds and returns; the functions that take one back check its type.
     "cost.costs.ChipEstimate": "a result of costs.estimate",
     "cost.serving.ServingStats": "a result of serving.simulate_dynamic_batching",
@@ -919,10 +996,13 @@ EXCLUDED: dict[str, str] = {
     "experiments.decode.DecodePath": "a result of decode.decode_paths",
     "experiments.decode.DecodeResult": "a result of decode.time_paths",
     "experiments.precision.Quantized": "a result of precision.quantize",
+    "experiments.lowbit_gemv.PathComparison": "a result of lowbit_gemv.compare_paths",
+    "experiments.lowbit_gemv.KernelPath": "a row of lowbit_gemv.PATHS, the kernel's instruction paths",
     # Tensor code that torch traces (torch.compile, ONNX export, the decode loop): a check there would break
     # the trace or slow every step; the functions that feed them check the inputs.
     "experiments.fusion.chain": "traced by torch.compile and the ONNX exporter; chain_inputs checks inputs",
     "experiments.fusion.Chain.forward": "traced by torch.compile and the ONNX exporter",
+    "experiments.fusion.chain_into": "the chain that lesson 5 compiles with torch.compile and times",
     "experiments.tiny_decoder.Block.forward": "runs every decode step; generate and measure_decode check",
     "experiments.tiny_decoder.TinyDecoder.forward": "every decode step; generate and measure_decode check",
 }
@@ -1002,3 +1082,4 @@ def test_bad_input_raises_value_error_naming_the_argument(qualname):
 def _remove_temporary_files():
     yield
     shutil.rmtree(TMP, ignore_errors=True)
+    ort.remove_temp_dirs()  # the folders the valid call of ort.temp_dir made

@@ -134,12 +134,15 @@ def batch1_regime(weight_bytes: float, cache_name: str, cache_bytes: int | None)
     """Where repeated batch-1 calls find their weights, from their size against the device's cache
     (hardware.last_level_cache gives cache_name, cache_bytes): which regime applies, as a sentence."""
     weight_bytes = arguments.positive("weight_bytes", weight_bytes)
+    cache_name = arguments.text("cache_name", cache_name)
+    if cache_bytes is not None:
+        cache_bytes = arguments.count("cache_bytes", cache_bytes, "bytes")
     size = f"The {weight_bytes / 1e6:,.1f} MB of weights"
     if cache_bytes is None:
         return (f"{size} against this device's {cache_name}: its size is not known here. If they fit in "
                 "it, repeated batch-1 calls read them from the cache and the memory roof (DRAM GB/s) is "
                 "pessimistic; if not, every call streams them from memory and batch 1 is memory-bound.")
-    cache = f"this device's {cache_name} ({arguments.positive('cache_bytes', cache_bytes) / 2**20:,.0f} MiB)"
+    cache = f"this device's {cache_name} ({cache_bytes / 2**20:,.0f} MiB)"
     if weight_bytes <= cache_bytes:
         tight = " (more than half of it: some may be evicted between calls)" \
             if weight_bytes > cache_bytes / 2 else ""

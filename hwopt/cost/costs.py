@@ -69,12 +69,12 @@ def _peak(chip, fmt: formats.Format) -> tuple[float | None, str]:
 
 def peak_flops(chip, precision="fp32") -> float | None:
     """Spec-sheet peak (FLOP/s or OP/s) of a specs.Chip for precision by the rules above; None if none."""
-    return _peak(chip, _format(precision))[0]
+    return _peak(_chip(chip), _format(precision))[0]
 
 
 def peak_basis(chip, precision="fp32") -> str:
     """The chip-table column that peak_flops uses for precision, or why the chip has none."""
-    return _peak(chip, _format(precision))[1]
+    return _peak(_chip(chip), _format(precision))[1]
 
 
 def skipped(precision="fp32", chips: Sequence | None = None) -> list[tuple[str, str]]:
@@ -174,6 +174,13 @@ def estimate(params: float, batch_size: int = 1, precision="fp32", chips: Sequen
     return rows
 
 
+def _chip(chip):
+    """chip itself when it is a specs.Chip (a row of the chip table)."""
+    from hwopt.machine import specs
+
+    return arguments.instance("chip", chip, specs.Chip)
+
+
 def _chips(chips) -> list:
     """The chip table (None), or the given list of specs.Chip rows, checked."""
     from hwopt.machine import specs
@@ -229,12 +236,11 @@ def beyond_the_bound(params: float, batch_size: int, precision, chip, extra_byte
     """
     params = arguments.positive("params", params)
     batch_size = arguments.count("batch_size", batch_size, "batch")
-    if isinstance(utilisation, bool) or not isinstance(utilisation, int | float) or not 0 < utilisation <= 1:
-        raise ValueError(f"utilisation must be a fraction in (0, 1]; got {utilisation!r}")
-    if isinstance(extra_bytes, bool) or not isinstance(extra_bytes, int | float) or not (
-            math.isfinite(extra_bytes) and extra_bytes >= 0):
-        raise ValueError(f"extra_bytes must be a number of bytes >= 0; got {extra_bytes!r}")
+    utilisation = arguments.fraction("utilisation", utilisation)
+    extra_bytes = arguments.positive("extra_bytes", extra_bytes, allow_zero=True)
+    extra_label = arguments.text("extra_label", extra_label)
     fmt = _format(precision)
+    _chip(chip)
     peak, basis = _peak(chip, fmt)
     if peak is None:
         raise ValueError(f"chip {chip.name!r} has no peak for {fmt.name}: {basis}")

@@ -121,8 +121,9 @@ def activation_precision(precision) -> str:
 
 def kv_format(precision, kv_precision=None) -> str:
     """Name of the KV cache's format: kv_precision (checked as that argument), or if None the activations'."""
+    activations = activation_precision(precision)
     if kv_precision is None:
-        return activation_precision(precision)
+        return activations
     return formats.get(kv_precision, argument="kv_precision").name
 
 

@@ -282,6 +282,10 @@ class ElementwiseRoofs:
     memory_s: float
     transcendental_s: float
 
+    def __post_init__(self):
+        arguments.positive("memory_s", self.memory_s, allow_zero=True)
+        arguments.positive("transcendental_s", self.transcendental_s, allow_zero=True)
+
     @property
     def time_s(self) -> float:
         """Predicted seconds: the slower roof binds, max(memory_s, transcendental_s)."""

@@ -364,6 +364,8 @@ def nbits_model_bytes(stack: DecodeStack, bits: int = 4, block_size: int = 32,
 def nbits_format(bits: int, block_size: int) -> formats.Format:
     """The format of MatMulNBits weights as nbits_model_bytes stores them: `bits`-bit ints, one fp32 scale per
     block_size (no zero points: the kernel's default midpoint); ValueError if formats has no such entry."""
+    arguments.one_of("bits", bits, (4, 8))
+    arguments.one_of("block_size", block_size, BLOCK_SIZES)
     for f in formats.FORMATS.values():
         if (f.kind, f.bits, f.block, f.scale_format) == ("int", bits, block_size, "fp32"):
             return f
@@ -426,6 +428,7 @@ def weight_formats(d_model: int) -> dict[str, str]:
 
 def prediction_table(stack: DecodeStack, bandwidth_gbs: float) -> str:
     """Per storage format of the CPU paths: bytes per weight (scales included), MB per step, predicted ms."""
+    arguments.instance("stack", stack, DecodeStack)
     arguments.positive("bandwidth_gbs", bandwidth_gbs)
     by_format: dict[str, list[str]] = {}
     for label, fmt in weight_formats(stack.d_model).items():

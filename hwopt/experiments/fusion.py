@@ -74,10 +74,8 @@ def cache_bytes(device: str = "cpu") -> int | None:
 
 def chain_shape(device: str = "cpu", *, cache_multiple: float = CACHE_MULTIPLE, cols: int = 1024) -> tuple:
     """(rows, cols) of fp32 tensors cache_multiple times the device's last-level cache (16..512 MB each)."""
-    if not cache_multiple > 0:
-        raise ValueError(f"cache_multiple must be positive, got {cache_multiple!r}")
-    if isinstance(cols, bool) or not isinstance(cols, int) or cols < 1:
-        raise ValueError(f"cols must be a positive int, got {cols!r}")
+    cache_multiple = arguments.positive("cache_multiple", cache_multiple)
+    cols = arguments.count("cols", cols, "dimension")
     low, high = CHAIN_MB_RANGE
     target_mb = min(high, max(low, cache_multiple * (cache_bytes(device) or UNKNOWN_CACHE_BYTES) / 1e6))
     rows = max(64, round(target_mb * 1e6 / (4 * cols) / 64) * 64)
@@ -94,10 +92,12 @@ def gelu_elements_per_s(
     timed because a parallel call on a busy machine waits for its slowest thread's turn on a core).
     """
     device = bench.resolve_device(device)
+    if n_elements is not None:
+        n_elements = arguments.count("n_elements", n_elements, "elements")
+    repeats = arguments.count("repeats", repeats, "repeats")
+    arguments.function("clock", clock)
     if n_elements is None:
         n_elements = min(GELU_MAX_ELEMENTS, max(1 << 14, (cache_bytes(device) or UNKNOWN_CACHE_BYTES) // 32))
-    if isinstance(n_elements, bool) or not isinstance(n_elements, int) or n_elements < 1:
-        raise ValueError(f"n_elements must be a positive int or None, got {n_elements!r}")
     x = torch.randn(n_elements, generator=torch.Generator().manual_seed(0)).to(device)
     cpu = device == "cpu"
     threads = torch.get_num_threads() if cpu else 1
@@ -114,6 +114,10 @@ class ChainPrediction:
 
     erf_kernel: roofline.ElementwiseRoofs
     other_memory_s: float = 0.0
+
+    def __post_init__(self):
+        arguments.instance("erf_kernel", self.erf_kernel, roofline.ElementwiseRoofs)
+        arguments.positive("other_memory_s", self.other_memory_s, allow_zero=True)
 
     @property
     def time_s(self) -> float:
@@ -141,11 +145,11 @@ def chain_roofs(
     output written, GELU_KERNEL_PASSES) takes the slower of its two roofs; the other passes add at the memory
     roof, since separate kernels cannot overlap one's arithmetic with another's memory traffic.
     """
-    n_passes = passes(fused=fused) if n_passes is None else n_passes
-    if isinstance(n_passes, bool) or not isinstance(n_passes, int) or n_passes < 1:
-        raise ValueError(f"n_passes must be a positive int or None, got {n_passes!r}")
-    if isinstance(n_elements, bool) or not isinstance(n_elements, int) or n_elements < 1:
-        raise ValueError(f"n_elements must be a positive int, got {n_elements!r}")
+    n_elements = arguments.count("n_elements", n_elements, "elements")
+    bandwidth_gbs = arguments.positive("bandwidth_gbs", bandwidth_gbs)
+    gelus_per_s = arguments.positive("gelus_per_s", gelus_per_s)
+    fused = arguments.boolean("fused", fused)
+    n_passes = passes(fused=fused) if n_passes is None else arguments.count("n_passes", n_passes, "items")
     erf_passes = n_passes if fused else min(n_passes, GELU_KERNEL_PASSES)
     pass_bytes = 4.0 * n_elements
     erf_kernel = roofline.elementwise_roofs(
@@ -156,6 +160,9 @@ def chain_roofs(
 
 def bound_sentence(prediction: ChainPrediction, bandwidth_gbs: float, gelus_per_s: float) -> str:
     """Which roof binds the chain's erf kernel on this run, and by how much, in one sentence."""
+    arguments.instance("prediction", prediction, ChainPrediction)
+    arguments.positive("bandwidth_gbs", bandwidth_gbs)
+    arguments.positive("gelus_per_s", gelus_per_s)
     roofs = prediction.erf_kernel
     memory_ms, erf_ms = roofs.memory_s * 1e3, roofs.transcendental_s * 1e3
     ratio = max(memory_ms, erf_ms) / max(min(memory_ms, erf_ms), 1e-12)
@@ -326,6 +333,12 @@ def report_rows(
     arguments.positive("bandwidth_gbs", bandwidth_gbs)
     if baseline is not None:
         arguments.one_of("baseline", baseline, results)
+    if gelus_per_s is not None:
+        arguments.positive("gelus_per_s", gelus_per_s)
+    if fused_labels is not None:
+        arguments.instance("fused_labels", fused_labels, (list, tuple, set, frozenset))
+        for i, label in enumerate(fused_labels):
+            arguments.one_of(f"fused_labels[{i}]", label, results)
     baseline = baseline or next(iter(results))
     missing = set(results) - set(passes_by_label)
     if missing:
@@ -387,8 +400,12 @@ def fresh_output_sentence(
 ) -> str:
     """What a fresh output tensor cost per call, from report_rows of one kernel timed allocating its output
     and writing into one given; and how close the kernel with its output given came to its roof."""
+    arguments.instance("rows", rows, (list, tuple))
+    for i, row in enumerate(rows):
+        arguments.instance(f"rows[{i}]", row, dict)
     by = {r["variant"]: r for r in rows}
     for name, label in (("allocating", allocating), ("given", given)):
+        arguments.text(name, label)
         if label not in by:
             raise ValueError(f"{name} must name one of the variants {list(by)}, got {label!r}")
     fresh_ms = by[allocating]["measured_ms"] - by[given]["measured_ms"]

@@ -72,6 +72,12 @@ class KernelUnavailable(RuntimeError):
 def runnable_paths(simd=None, arch: str | None = None) -> list[str]:
     """Names of the PATHS this CPU can run, fastest first ('portable' last); default: this machine's SIMD
     features (hardware.cpu_info) and architecture."""
+    if simd is not None:
+        arguments.instance("simd", simd, (list, tuple, set, frozenset))
+        for i, feature in enumerate(simd):
+            arguments.text(f"simd[{i}]", feature)
+    if arch is not None:
+        arguments.text("arch", arch)
     simd = set(hardware.cpu_info()["simd"] if simd is None else simd)
     x86 = (platform.machine() if arch is None else arch).lower() in X86_ARCHS
     return [p.name for p in PATHS.values() if not p.needs or (x86 and set(p.needs) <= simd)]
@@ -84,8 +90,7 @@ def best_path(simd=None, arch: str | None = None) -> str:
 
 def path_flags(path: str) -> tuple[str, ...]:
     """Compiler flags that build `path` (a key of PATHS)."""
-    if path not in PATHS:
-        raise ValueError(f"path must be one of {list(PATHS)}; got {path!r}")
+    arguments.one_of("path", path, PATHS)
     return BASE_FLAGS + PATHS[path].flags
 
 
@@ -115,13 +120,15 @@ def build(cc: str | None = None, flags: tuple[str, ...] | None = None, out_dir: 
     flags: the compiler flags, or path: a key of PATHS (default: best_path(), the fastest this CPU runs).
     A path this CPU cannot run still builds (to check that it compiles); open_library refuses to load it.
     """
+    if flags is not None:
+        arguments.instance("flags", flags, (tuple, list))
+        for i, flag in enumerate(flags):
+            arguments.text(f"flags[{i}]", flag)
+    if path is not None:
+        arguments.one_of("path", path, PATHS)
     if flags is not None and path is not None:
         raise ValueError("give flags or path, not both")
     flags = tuple(flags) if flags is not None else path_flags(path or best_path())
-    if flags is not None:
-        arguments.instance("flags", flags, (tuple, list))
-        for flag in flags:
-            arguments.text("flags", flag)
     if out_dir is not None:
         arguments.instance("out_dir", out_dir, (str, Path))
     compiler = find_compiler(cc)
@@ -180,6 +187,8 @@ def open_library(path: Path) -> ctypes.CDLL:
 
 def kernel_path(lib: ctypes.CDLL | None = None) -> str:
     """The instruction path a loaded kernel runs, as it reports itself (default: load(), this machine's)."""
+    if lib is not None:
+        arguments.instance("lib", lib, ctypes.CDLL)
     return (load() if lib is None else lib).lowbit_kernel_path().decode()
 
 
@@ -386,6 +395,7 @@ class PathComparison:
 
     def speedup(self, precision: str) -> float:
         """How many times faster the built path runs the step than the baseline path, at precision."""
+        arguments.one_of("precision", precision, self.precisions)
         return bench.speedup(self.measurements[f"{precision} {self.baseline}"],
                              self.measurements[f"{precision} {self.built}"])
 
@@ -430,13 +440,18 @@ def compare_paths(stack, baseline: str = "avx2", precisions=("int8", "int4"), th
                   repeats: int = 10) -> PathComparison | None:
     """Time the step at each precision on this machine's path and on `baseline`, interleaved (A B A B ...);
     None when there is nothing to compare (this machine builds the baseline path, or cannot run it)."""
-    path_flags(baseline)  # a known path
+    arguments.one_of("baseline", baseline, PATHS)
+    arguments.instance("precisions", precisions, (list, tuple))
+    if not precisions:
+        raise ValueError(f"precisions must name at least one of {sorted(WEIGHT_FORMATS)}; got {precisions!r}")
+    for i, precision in enumerate(precisions):
+        arguments.one_of(f"precisions[{i}]", precision, WEIGHT_FORMATS)
+    if threads is not None:
+        arguments.count("threads", threads, "threads")
+    repeats = arguments.count("repeats", repeats, "repeats")
     built = kernel_path()
     if baseline not in runnable_paths() or baseline == built:
         return None
-    for precision in precisions:
-        if precision not in WEIGHT_FORMATS:
-            raise ValueError(f"precisions must be among {sorted(WEIGHT_FORMATS)}; got {precision!r}")
     libs = {built: load(), baseline: load(path=baseline)}
     fns = {}
     for precision in precisions:

@@ -491,6 +491,8 @@ def tensorrt_status(
     available = _providers(available)
     if gpu is not None:
         arguments.boolean("gpu", gpu)
+    if tensorrt_package is not None:
+        arguments.boolean("tensorrt_package", tensorrt_package)
     if gpu is None:
         import torch
 

@@ -40,6 +40,7 @@ def levels(bits: int, *, symmetric: bool = True) -> int:
     so int4 has 15 and int2 has 3: the most negative code is left out to keep zero in the middle),
     asymmetric all 2^bits."""
     _check_bits(bits)
+    symmetric = arguments.boolean("symmetric", symmetric)
     return 2**bits - 1 if symmetric else 2**bits
 
 
@@ -289,9 +290,9 @@ def torch_dynamic_int8(model: nn.Module, api: str | None = None) -> nn.Module:
     api 'torch.ao': torch.ao.quantization.quantize_dynamic, deprecated: one DeprecationWarning says so.
     None: torchao when it imports (torch_int8_api), else torch.ao.
     """
+    if api is not None:
+        arguments.one_of("api", api, ("torchao", "torch.ao"))
     api = api or torch_int8_api().split()[0]
-    if api not in ("torchao", "torch.ao"):
-        raise ValueError(f"api must be 'torchao', 'torch.ao' or None, got {api!r}")
     arguments.instance("model", model, nn.Module)
     copied = copy.deepcopy(model).cpu().eval()
     if api == "torchao":

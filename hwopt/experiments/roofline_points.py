@@ -25,7 +25,7 @@ def matmul_sweep(sizes: Sequence[int] = MATMUL_SIZES, device="cpu", dtype="float
     sizes = arguments.finite_array("sizes", sizes, ndim=1, integer=True, minimum=1,
                                    maximum=arguments.LIMITS["dimension"]).tolist()
     device = bench.resolve_device(device)
-    formats.torch_dtype(dtype, argument="dtype")
+    dtype = arguments.one_of("dtype", formats.torch_dtype(dtype, argument="dtype"), probe.MATMUL_DTYPES)
     progress = arguments.boolean("progress", progress)
     return [probe.matmul_flops(dtype, device, n=n)
             for n in tqdm(sizes, desc=f"matmul sizes on {device}", disable=not progress)]

@@ -158,8 +158,8 @@ def estimated_tokens_per_s(model: TinyDecoder, bandwidth_gbs: float) -> float:
 def kv_bytes_read(model: TinyDecoder, context_len: int) -> int:
     """Bytes of K and V one decode step reads at context_len past tokens: 2 x layers x context x d_model x
     bytes per element (every head keeps its own K and V here)."""
-    if isinstance(context_len, bool) or not isinstance(context_len, int) or context_len < 0:
-        raise ValueError(f"context_len must be an integer >= 0; got {context_len!r}")
+    arguments.instance("model", model, TinyDecoder)
+    context_len = arguments.count("context_len", context_len, "tokens", minimum=0)
     element = next(model.parameters()).element_size()
     return 2 * len(model.blocks) * context_len * model.tok.embedding_dim * element
 
@@ -171,6 +171,7 @@ def bound_report(model: TinyDecoder, measured_tokens_per_s: float, bandwidth_gbs
     context_len: the longest context of the measured steps (the K and V of every past token are read too).
     """
     arguments.positive("measured_tokens_per_s", measured_tokens_per_s)
+    context_len = arguments.count("context_len", context_len, "tokens", minimum=0)
     bound = estimated_tokens_per_s(model, bandwidth_gbs)
     weights = weight_bytes_per_token(model)
     ratio = bound / measured_tokens_per_s

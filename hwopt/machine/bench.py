@@ -120,11 +120,8 @@ class Measurement:
 
 def quantile(values: Sequence[float], q: float) -> float:
     """Quantile q in [0, 1] of values, linear interpolation between order statistics (numpy's default)."""
-    if isinstance(q, bool) or not isinstance(q, int | float) or not 0 <= q <= 1:
-        raise ValueError(f"q must be a number in [0, 1]; got {q!r}")
-    ordered = sorted(float(v) for v in values)
-    if not ordered:
-        raise ValueError("values must hold at least one number")
+    q = arguments.between("q", q, 0, 1)
+    ordered = sorted(arguments.finite_array("values", values, ndim=1).tolist())
     pos = (len(ordered) - 1) * q
     lo = math.floor(pos)
     hi = min(lo + 1, len(ordered) - 1)

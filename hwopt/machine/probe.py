@@ -63,6 +63,8 @@ def cache_sizes_bytes(root: str | Path = CPU_CACHE_DIR) -> dict[str, int]:
 
     Read from Linux sysfs (cpu0's caches); a cache shared by k of the machine's n CPUs counts n / k times.
     """
+    if isinstance(arguments.instance("root", root, (str, Path)), str):
+        arguments.text("root", root)
     sizes: dict[str, int] = {}
     n_cpus = os.cpu_count() or 1
     units = {"K": 2**10, "M": 2**20, "G": 2**30}

@@ -260,6 +260,8 @@ def table(chips=None, dtype="fp32") -> list[dict]:
 
 def compare_bandwidth(chip: Chip, other: Chip) -> str:
     """One sentence setting chip's datasheet GB/s against other's (lesson 7: like with like)."""
+    arguments.instance("chip", chip, Chip)
+    arguments.instance("other", other, Chip)
     ratio = chip.bandwidth_gbs / other.bandwidth_gbs
     a, b = f"{chip.name} ({chip.kind})", f"{other.name} ({other.kind})"
     figures = f"{chip.bandwidth_gbs:g} vs {other.bandwidth_gbs:g} GB/s, datasheet against datasheet"
@@ -270,9 +272,10 @@ def compare_bandwidth(chip: Chip, other: Chip) -> str:
 
 def datasheet_share(measured_gbs: float, chip: Chip | None, label: str = "this machine") -> str:
     """Sentences setting a measured GB/s against the datasheet of the chip it ran on (None: not in table)."""
-    if isinstance(measured_gbs, bool) or not isinstance(measured_gbs, int | float) or not (
-            math.isfinite(measured_gbs) and measured_gbs > 0):
-        raise ValueError(f"measured_gbs must be a positive number of GB/s; got {measured_gbs!r}")
+    measured_gbs = arguments.positive("measured_gbs", measured_gbs)
+    if chip is not None:
+        arguments.instance("chip", chip, Chip)
+    label = arguments.text("label", label)
     measured = f"{label} streamed {measured_gbs:.1f} GB/s"
     if chip is None:
         return (f"{measured}.\nThe chip table has no datasheet for this chip (a VM may hide its model), so "

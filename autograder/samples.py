@@ -16,7 +16,11 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
-ASSIGNMENTS = ("batching", "bandwidth_precision", "latency_budget", "quiz")
+ASSIGNMENTS = (
+    "batching", "bandwidth_precision", "latency_budget", "quiz",
+    "quantize", "profiling",  # assignments 6 and 8
+)
+ATTACKED = ("batching", "bandwidth_precision", "latency_budget", "quiz")  # what the attack samples target
 SOLUTION_MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
 
 
@@ -80,6 +84,24 @@ def v_wrong(a, release, good):
             c.source = re.sub(r'(_answer = )"([a-d])"', lambda m: f'{m[1]}"{"b" if m[2] != "b" else "c"}"',
                               re.sub(r"(_answer = )([0-9.]+)", r"\g<1>1.0", c.source))
         return good
+    if a == "quantize":  # symmetric qmax = 2^(b-1): 16 levels for int4 (-8..8 clipped, scale max/8)
+        return edit(good, "quantize_block", "qmax = 2 ** (bits - 1) - 1", "qmax = 2 ** (bits - 1)")
+    if a == "profiling":  # a category's time as the sum of its durations: overlapping intervals count twice
+        return edit(good, "category_time", "{category: union_us(intervals) for",
+                    "{category: sum(end - start for start, end in intervals) for")
+    return good
+
+
+def v_quantize_slip(a, release, good):
+    if a == "quantize":  # dequantizes without the zero point: code * scale
+        return edit(good, "dequantize", "(codes[r][c] - zero_point) * scale", "codes[r][c] * scale")
+    return good
+
+
+def v_profiling_slip(a, release, good):
+    if a == "profiling":  # Amdahl with the fraction inverted: 1 / (f + (1 - f) / s)
+        return edit(good, "amdahl", "(1 - fraction) + fraction / local_speedup",
+                    "fraction + (1 - fraction) / local_speedup")
     return good
 
 
@@ -407,6 +429,7 @@ STUDENTS: dict[str, Variant] = {
     "transformer": v_transformer, "equals_anything": v_equals_anything, "toolkit": v_toolkit,
     "read_source": v_read_source, "write_files": v_write_files, "signal": v_signal,
     "signal_next": v_correct, "flood": v_flood, "fork_bomb": v_fork_bomb,
+    "quantize_slip": v_quantize_slip, "profiling_slip": v_profiling_slip,  # assignments 6 and 8
 }
 ATTACKS_WITHOUT_WORK = ("transformer", "equals_anything", "toolkit", "read_source")
 ATTACKS_WITH_WORK = ("write_files", "signal", "flood")  # signal_next: graded right after signal
@@ -418,9 +441,12 @@ TARGETS = {"correct": ALL, "blank": ALL, "wrong": ("latency_budget", "quiz"), "r
            "edited_tests": ("latency_budget",), "hardcoded": ("latency_budget",), "stderr": ("batching",),
            "memory_hog": ("bandwidth_precision",), "invalid_json": ("quiz",), "missing": ("latency_budget",),
            "colab": ("latency_budget",), "stripped": ("latency_budget",),
-           **{name: ALL for name in (*ATTACKS_WITHOUT_WORK, *ATTACKS_WITH_WORK, "signal_next")},
+           **{name: ATTACKED for name in (*ATTACKS_WITHOUT_WORK, *ATTACKS_WITH_WORK, "signal_next")},
            "fork_bomb": ("latency_budget",)}
-FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "quiz": 10.0}
+TARGETS["wrong"] += ("quantize", "profiling")  # assignments 6 and 8
+TARGETS.update(quantize_slip=("quantize",), profiling_slip=("profiling",))
+FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "quiz": 10.0,
+        "quantize": 12.0, "profiling": 10.0}  # assignments 6 and 8
 # (student, assignment) -> (score, status) the grader must give.
 EXPECTED = {
     **{("correct", a): (FULL[a], "ok") for a in ALL},
@@ -438,9 +464,16 @@ EXPECTED = {
     ("missing", "latency_budget"): (0.0, "missing notebook"),
     ("colab", "latency_budget"): (12.0, "ok"),
     ("stripped", "latency_budget"): (12.0, "ok"),
-    **{(name, a): (0.0, "ok") for name in ATTACKS_WITHOUT_WORK for a in ALL},
-    **{(name, a): (FULL[a], "ok") for name in (*ATTACKS_WITH_WORK, "signal_next") for a in ALL},
+    **{(name, a): (0.0, "ok") for name in ATTACKS_WITHOUT_WORK for a in ATTACKED},
+    **{(name, a): (FULL[a], "ok") for name in (*ATTACKS_WITH_WORK, "signal_next") for a in ATTACKED},
     ("fork_bomb", "latency_budget"): (12.0, "ok"),
+    # assignment 6 (quantize), 12 points: symmetric 2, asymmetric 2, per channel 2, groups 2, dequantize 1,
+    # error 1, plan 2
+    ("wrong", "quantize"): (5.0, "ok"),  # qmax 2^(b-1) loses symmetric, per channel, groups, error (2+2+2+1)
+    ("quantize_slip", "quantize"): (10.0, "ok"),  # no zero point when dequantizing: dequantize, error (1+1)
+    # assignment 8 (profiling), 10 points: serial time 1, overlap time 2, hotspot 2, Amdahl 2, bound 1, fix 2
+    ("wrong", "profiling"): (5.0, "ok"),  # summed durations lose overlapping time, hotspot, bound (2+2+1)
+    ("profiling_slip", "profiling"): (7.0, "ok"),  # the fraction inverted loses Amdahl and the bound (2+1)
 }
 
 

@@ -314,7 +314,7 @@ def demo(course: Path, n_students: int | None = None, timeout_s: int | None = No
          targets_only: bool = False, log=print) -> dict:
     """Grade the sample students (or a class of n_students cycling through them); return timing figures.
 
-    Every student submits all four assignments unless targets_only (each sample only what it is about).
+    Every student submits every assignment unless targets_only (each sample only what it is about).
     """
     demo_secret = judge.SECRET_ENV not in os.environ
     if demo_secret:  # for this run only: a real class graded later in this process uses the real secret

@@ -486,7 +486,7 @@ def write_submissions(submitted: Path, students: dict[str, str] | None = None, t
                       root: Path = ROOT) -> list[tuple[str, str]]:
     """Write submitted/<student>/<assignment>/<notebook>.ipynb; students maps id -> sample name.
 
-    targets_only: each sample submits only the assignments it is about (TARGETS), else all four.
+    targets_only: each sample submits only the assignments it is about (TARGETS), else every assignment.
     """
     students = students or {name: name for name in STUDENTS}
     written = []

@@ -20,6 +20,7 @@ ASSIGNMENTS = (
     "batching", "bandwidth_precision", "latency_budget", "quiz",
     "roofline",  # assignment 5
     "fusion",  # assignment 7
+    "quantize", "profiling",  # assignments 6 and 8
 )
 ATTACKED = ("batching", "bandwidth_precision", "latency_budget", "quiz")  # the attack samples target these
 SOLUTION_MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
@@ -90,6 +91,24 @@ def v_wrong(a, release, good):
     if a == "fusion":  # unfused bytes count each op's reads but not its write
         return edit(good, "unfused", 'tensors += len(set(op["inputs"])) + 1',
                     'tensors += len(set(op["inputs"]))')
+    if a == "quantize":  # symmetric qmax = 2^(b-1): 16 levels for int4 (-8..8 clipped, scale max/8)
+        return edit(good, "quantize_block", "qmax = 2 ** (bits - 1) - 1", "qmax = 2 ** (bits - 1)")
+    if a == "profiling":  # a category's time as the sum of its durations: overlapping intervals count twice
+        return edit(good, "category_time", "{category: union_us(intervals) for",
+                    "{category: sum(end - start for start, end in intervals) for")
+    return good
+
+
+def v_quantize_slip(a, release, good):
+    if a == "quantize":  # dequantizes without the zero point: code * scale
+        return edit(good, "dequantize", "(codes[r][c] - zero_point) * scale", "codes[r][c] * scale")
+    return good
+
+
+def v_profiling_slip(a, release, good):
+    if a == "profiling":  # Amdahl with the fraction inverted: 1 / (f + (1 - f) / s)
+        return edit(good, "amdahl", "(1 - fraction) + fraction / local_speedup",
+                    "fraction + (1 - fraction) / local_speedup")
     return good
 
 
@@ -433,6 +452,7 @@ STUDENTS: dict[str, Variant] = {
     "signal_next": v_correct, "flood": v_flood, "fork_bomb": v_fork_bomb,
     "roofline_slip": v_roofline_slip,
     "fusion_slip": v_fusion_slip,
+    "quantize_slip": v_quantize_slip, "profiling_slip": v_profiling_slip,  # assignments 6 and 8
 }
 ATTACKS_WITHOUT_WORK = ("transformer", "equals_anything", "toolkit", "read_source")
 ATTACKS_WITH_WORK = ("write_files", "signal", "flood")  # signal_next: graded right after signal
@@ -451,9 +471,12 @@ TARGETS = {"correct": ALL, "blank": ALL, "raises": ("batching",),
            "fork_bomb": ("latency_budget",),
            "roofline_slip": ("roofline",),
            "fusion_slip": ("fusion",)}
+TARGETS["wrong"] += ("quantize", "profiling")  # assignments 6 and 8
+TARGETS.update(quantize_slip=("quantize",), profiling_slip=("profiling",))
 FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "quiz": 10.0,
         "roofline": 11.0,
-        "fusion": 11.0}
+        "fusion": 11.0,
+        "quantize": 12.0, "profiling": 10.0}  # assignments 6 and 8
 # (student, assignment) -> (score, status) the grader must give.
 EXPECTED = {
     **{("correct", a): (FULL[a], "ok") for a in ALL},
@@ -482,6 +505,13 @@ EXPECTED = {
     ("wrong", "fusion"): (8.0, "ok"),
     # fusion: fusing across a two-consumer node loses fan-out (2) and epilogues (2, two_matmuls' scale)
     ("fusion_slip", "fusion"): (7.0, "ok"),
+    # assignment 6 (quantize), 12 points: symmetric 2, asymmetric 2, per channel 2, groups 2, dequantize 1,
+    # error 1, plan 2
+    ("wrong", "quantize"): (5.0, "ok"),  # qmax 2^(b-1) loses symmetric, per channel, groups, error (2+2+2+1)
+    ("quantize_slip", "quantize"): (10.0, "ok"),  # no zero point when dequantizing: dequantize, error (1+1)
+    # assignment 8 (profiling), 10 points: serial time 1, overlap time 2, hotspot 2, Amdahl 2, bound 1, fix 2
+    ("wrong", "profiling"): (5.0, "ok"),  # summed durations lose overlapping time, hotspot, bound (2+2+1)
+    ("profiling_slip", "profiling"): (7.0, "ok"),  # the fraction inverted loses Amdahl and the bound (2+1)
 }
 
 

@@ -17,18 +17,21 @@ ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
+def imported_modules(node) -> set[str]:
+    """Top-level modules an ast node imports absolutely (empty for any other node)."""
+    if isinstance(node, ast.Import):
+        return {alias.name.split(".")[0] for alias in node.names}
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        return {node.module.split(".")[0]}
+    return set()
+
+
 def third_party_imports(package: Path = ROOT / "hwopt") -> dict[str, set[str]]:
     """{top-level module: files} of package's absolute imports that are neither stdlib nor hwopt."""
     found: dict[str, set[str]] = {}
     for path in sorted(package.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            else:
-                continue
-            for top in {name.split(".")[0] for name in names}:
+            for top in imported_modules(node):
                 if top not in sys.stdlib_module_names and top != "hwopt":
                     found.setdefault(top, set()).add(path.relative_to(ROOT).as_posix())
     return found
@@ -42,13 +45,7 @@ def unguarded_imports(module: str, package: Path = ROOT / "hwopt") -> list[str]:
         guarded = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.Try)
                    for stmt in node.body for inner in ast.walk(stmt)}
         for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            else:
-                continue
-            if any(n.split(".")[0] == module for n in names) and id(node) not in guarded:
+            if module in imported_modules(node) and id(node) not in guarded:
                 found.append(path.relative_to(ROOT).as_posix())
     return sorted(set(found))
 

@@ -38,6 +38,13 @@ def test_readme_lists_every_student_notebook_with_a_colab_badge():
         assert f"]({notebook.colab_url})" in readme, f"README should have a Colab badge for {notebook.path}"
 
 
+def test_assignments_are_listed_in_the_course_order():
+    titles = ["Assignment 10 — c", "Assignment 2 — b", "Assignment 1 — a", "Assignment 9 — d"]
+    assert sorted(titles, key=colab.course_order) == [
+        "Assignment 1 — a", "Assignment 2 — b", "Assignment 9 — d", "Assignment 10 — c"]
+    listed = [nb.title for nb in colab.student_notebooks() if nb.kind == "assignment"]
+    assert listed == sorted(listed, key=colab.course_order)
+
 def test_badges_and_setup_cells_use_the_one_repository_url():
     readme = (ROOT / "README.md").read_text()
     github = colab.REPO_URL.removeprefix("https://github.com/")

@@ -92,8 +92,14 @@ def student_notebooks(root: Path = ROOT) -> list[StudentNotebook]:
     """Lessons then released assignments: what the README lists with Colab badges."""
     lessons = [StudentNotebook(p, notebook_title(root / p), "lesson") for p in lesson_paths(root)]
     tasks = [StudentNotebook(p, notebook_title(root / p), "assignment") for p in release_paths(root)]
-    tasks.sort(key=lambda nb: nb.title)  # "Assignment 1 ...", "Assignment 2 ...": the course's order
+    tasks.sort(key=lambda nb: course_order(nb.title))
     return lessons + tasks
+
+
+def course_order(title: str) -> tuple[int, str]:
+    """Sort key of an assignment title: its number, so that "Assignment 10" comes after "Assignment 9"."""
+    number = re.match(r"\D*(\d+)", title)
+    return (int(number[1]) if number else 0, title)
 
 
 def colab_pins(root: Path = ROOT) -> list[str]:

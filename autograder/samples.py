@@ -16,7 +16,11 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
-ASSIGNMENTS = ("batching", "bandwidth_precision", "latency_budget", "quiz")
+ASSIGNMENTS = (
+    "batching", "bandwidth_precision", "latency_budget", "quiz",
+    "memory_kv",  # assignment 9: weights + KV cache + activations, the largest batch that fits
+    "serving_queue",  # assignment 10: p99 with queueing under dynamic batching
+)
 SOLUTION_MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
 
 
@@ -80,6 +84,25 @@ def v_wrong(a, release, good):
             c.source = re.sub(r'(_answer = )"([a-d])"', lambda m: f'{m[1]}"{"b" if m[2] != "b" else "c"}"',
                               re.sub(r"(_answer = )([0-9.]+)", r"\g<1>1.0", c.source))
         return good
+    if a == "memory_kv":  # plans with the whole memory: the headroom forgotten
+        return edit(good, "largest", "usable = memory_gib * GIB * (1 - headroom)",
+                    "usable = memory_gib * GIB")
+    if a == "serving_queue":  # a batch starts when it is ready, without waiting for the batch before to end
+        return edit(good, "simulate", "start = max(free_at, min(full_at, arrivals_ms[first] + max_wait_ms))",
+                    "start = min(full_at, arrivals_ms[first] + max_wait_ms)")
+    return good
+
+
+def v_memory_kv_slip(a, release, good):
+    if a == "memory_kv":  # the KV cache counted with the query heads: right for MHA, 4-8x too big for GQA
+        return edit(good, "kv_cache", "shape.n_kv_heads", "shape.n_heads")
+    return good
+
+
+def v_serving_queue_slip(a, release, good):
+    if a == "serving_queue":  # the p99 one rank too high: rank ceil(0.99 n) used as a 0-based index
+        return edit(good, "percentile", "ordered[math.ceil(percent * len(ordered) / 100) - 1]",
+                    "ordered[min(len(ordered) - 1, math.ceil(percent * len(ordered) / 100))]")
     return good
 
 
@@ -407,20 +430,30 @@ STUDENTS: dict[str, Variant] = {
     "transformer": v_transformer, "equals_anything": v_equals_anything, "toolkit": v_toolkit,
     "read_source": v_read_source, "write_files": v_write_files, "signal": v_signal,
     "signal_next": v_correct, "flood": v_flood, "fork_bomb": v_fork_bomb,
+    "memory_kv_slip": v_memory_kv_slip,
+    "serving_queue_slip": v_serving_queue_slip,
 }
 ATTACKS_WITHOUT_WORK = ("transformer", "equals_anything", "toolkit", "read_source")
 ATTACKS_WITH_WORK = ("write_files", "signal", "flood")  # signal_next: graded right after signal
 
 ALL = ASSIGNMENTS
+ATTACKED = ("batching", "bandwidth_precision", "latency_budget", "quiz")  # attacks: the first four alone
 # The assignments each sample is about (the end-to-end test grades only these; a class demo grades all).
-TARGETS = {"correct": ALL, "blank": ALL, "wrong": ("latency_budget", "quiz"), "raises": ("batching",),
+TARGETS = {"correct": ALL, "blank": ALL,
+           "wrong": ("latency_budget", "quiz",
+                     "memory_kv", "serving_queue"),
+           "raises": ("batching",),
            "infinite_loop": ("latency_budget",), "sigint_loop": ("latency_budget",),
            "edited_tests": ("latency_budget",), "hardcoded": ("latency_budget",), "stderr": ("batching",),
            "memory_hog": ("bandwidth_precision",), "invalid_json": ("quiz",), "missing": ("latency_budget",),
            "colab": ("latency_budget",), "stripped": ("latency_budget",),
-           **{name: ALL for name in (*ATTACKS_WITHOUT_WORK, *ATTACKS_WITH_WORK, "signal_next")},
-           "fork_bomb": ("latency_budget",)}
-FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "quiz": 10.0}
+           **{name: ATTACKED for name in (*ATTACKS_WITHOUT_WORK, *ATTACKS_WITH_WORK, "signal_next")},
+           "fork_bomb": ("latency_budget",),
+           "memory_kv_slip": ("memory_kv",),
+           "serving_queue_slip": ("serving_queue",)}
+FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "quiz": 10.0,
+        "memory_kv": 10.0,
+        "serving_queue": 11.0}
 # (student, assignment) -> (score, status) the grader must give.
 EXPECTED = {
     **{("correct", a): (FULL[a], "ok") for a in ALL},
@@ -438,9 +471,21 @@ EXPECTED = {
     ("missing", "latency_budget"): (0.0, "missing notebook"),
     ("colab", "latency_budget"): (12.0, "ok"),
     ("stripped", "latency_budget"): (12.0, "ok"),
-    **{(name, a): (0.0, "ok") for name in ATTACKS_WITHOUT_WORK for a in ALL},
-    **{(name, a): (FULL[a], "ok") for name in (*ATTACKS_WITH_WORK, "signal_next") for a in ALL},
+    **{(name, a): (0.0, "ok") for name in ATTACKS_WITHOUT_WORK for a in ATTACKED},
+    **{(name, a): (FULL[a], "ok") for name in (*ATTACKS_WITH_WORK, "signal_next") for a in ATTACKED},
     ("fork_bomb", "latency_budget"): (12.0, "ok"),
+    # memory_kv (10): no headroom loses the largest batch (2), "fits only without the headroom" (1) and
+    # the table (2)
+    ("wrong", "memory_kv"): (5.0, "ok"),
+    # n_heads for n_kv_heads keeps MHA's cache (1), "nothing fits" (1) and bad input (1); GQA's cache, the
+    # totals, the largest batch and the table are wrong
+    ("memory_kv_slip", "memory_kv"): (3.0, "ok"),
+    # serving_queue (11): not waiting for the batch before loses queueing (2), largest within (2) and none
+    # within (1)
+    ("wrong", "serving_queue"): (6.0, "ok"),
+    # the p99 one rank too high loses the percentile (2), the edge of exactly 100 values (1) and largest
+    # within (2: its p99 is returned); "none within" holds (a higher p99 is over the budget too)
+    ("serving_queue_slip", "serving_queue"): (6.0, "ok"),
 }
 
 
@@ -453,7 +498,7 @@ def write_submissions(submitted: Path, students: dict[str, str] | None = None, t
                       root: Path = ROOT) -> list[tuple[str, str]]:
     """Write submitted/<student>/<assignment>/<notebook>.ipynb; students maps id -> sample name.
 
-    targets_only: each sample submits only the assignments it is about (TARGETS), else all four.
+    targets_only: each sample submits only the assignments it is about (TARGETS), else every assignment.
     """
     students = students or {name: name for name in STUDENTS}
     written = []

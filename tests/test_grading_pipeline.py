@@ -101,7 +101,7 @@ def test_attacks_change_nothing_outside_their_own_folder(graded):
 
 def test_a_flood_of_output_is_capped_in_the_notebook_and_said_in_the_feedback(graded):
     course, rows = graded
-    for assignment in samples.ASSIGNMENTS:
+    for assignment in samples.TARGETS["flood"]:
         notebook = course / "autograded" / "flood" / assignment / f"{assignment}.ipynb"
         assert notebook.stat().st_size < 6_000_000
         page = (course / "feedback" / "flood" / assignment / f"{assignment}.html").read_text()

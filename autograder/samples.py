@@ -21,6 +21,8 @@ ASSIGNMENTS = (
     "roofline",  # assignment 5
     "fusion",  # assignment 7
     "quantize", "profiling",  # assignments 6 and 8
+    "memory_kv",  # assignment 9: weights + KV cache + activations, the largest batch that fits
+    "serving_queue",  # assignment 10: p99 with queueing under dynamic batching
 )
 ATTACKED = ("batching", "bandwidth_precision", "latency_budget", "quiz")  # the attack samples target these
 SOLUTION_MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
@@ -96,6 +98,25 @@ def v_wrong(a, release, good):
     if a == "profiling":  # a category's time as the sum of its durations: overlapping intervals count twice
         return edit(good, "category_time", "{category: union_us(intervals) for",
                     "{category: sum(end - start for start, end in intervals) for")
+    if a == "memory_kv":  # plans with the whole memory: the headroom forgotten
+        return edit(good, "largest", "usable = memory_gib * GIB * (1 - headroom)",
+                    "usable = memory_gib * GIB")
+    if a == "serving_queue":  # a batch starts when it is ready, without waiting for the batch before to end
+        return edit(good, "simulate", "start = max(free_at, min(full_at, arrivals_ms[first] + max_wait_ms))",
+                    "start = min(full_at, arrivals_ms[first] + max_wait_ms)")
+    return good
+
+
+def v_memory_kv_slip(a, release, good):
+    if a == "memory_kv":  # the KV cache counted with the query heads: right for MHA, 4-8x too big for GQA
+        return edit(good, "kv_cache", "shape.n_kv_heads", "shape.n_heads")
+    return good
+
+
+def v_serving_queue_slip(a, release, good):
+    if a == "serving_queue":  # the p99 one rank too high: rank ceil(0.99 n) used as a 0-based index
+        return edit(good, "percentile", "ordered[math.ceil(percent * len(ordered) / 100) - 1]",
+                    "ordered[min(len(ordered) - 1, math.ceil(percent * len(ordered) / 100))]")
     return good
 
 
@@ -453,6 +474,8 @@ STUDENTS: dict[str, Variant] = {
     "roofline_slip": v_roofline_slip,
     "fusion_slip": v_fusion_slip,
     "quantize_slip": v_quantize_slip, "profiling_slip": v_profiling_slip,  # assignments 6 and 8
+    "memory_kv_slip": v_memory_kv_slip,
+    "serving_queue_slip": v_serving_queue_slip,
 }
 ATTACKS_WITHOUT_WORK = ("transformer", "equals_anything", "toolkit", "read_source")
 ATTACKS_WITH_WORK = ("write_files", "signal", "flood")  # signal_next: graded right after signal
@@ -462,7 +485,8 @@ ALL = ASSIGNMENTS
 TARGETS = {"correct": ALL, "blank": ALL, "raises": ("batching",),
            "wrong": ("latency_budget", "quiz",
                      "roofline",
-                     "fusion"),
+                     "fusion",
+                     "memory_kv", "serving_queue"),
            "infinite_loop": ("latency_budget",), "sigint_loop": ("latency_budget",),
            "edited_tests": ("latency_budget",), "hardcoded": ("latency_budget",), "stderr": ("batching",),
            "memory_hog": ("bandwidth_precision",), "invalid_json": ("quiz",), "missing": ("latency_budget",),
@@ -470,13 +494,17 @@ TARGETS = {"correct": ALL, "blank": ALL, "raises": ("batching",),
            **{name: ATTACKED for name in (*ATTACKS_WITHOUT_WORK, *ATTACKS_WITH_WORK, "signal_next")},
            "fork_bomb": ("latency_budget",),
            "roofline_slip": ("roofline",),
-           "fusion_slip": ("fusion",)}
+           "fusion_slip": ("fusion",),
+           "memory_kv_slip": ("memory_kv",),
+           "serving_queue_slip": ("serving_queue",)}
 TARGETS["wrong"] += ("quantize", "profiling")  # assignments 6 and 8
 TARGETS.update(quantize_slip=("quantize",), profiling_slip=("profiling",))
 FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "quiz": 10.0,
         "roofline": 11.0,
         "fusion": 11.0,
-        "quantize": 12.0, "profiling": 10.0}  # assignments 6 and 8
+        "quantize": 12.0, "profiling": 10.0,  # assignments 6 and 8
+        "memory_kv": 10.0,
+        "serving_queue": 11.0}
 # (student, assignment) -> (score, status) the grader must give.
 EXPECTED = {
     **{("correct", a): (FULL[a], "ok") for a in ALL},
@@ -512,6 +540,18 @@ EXPECTED = {
     # assignment 8 (profiling), 10 points: serial time 1, overlap time 2, hotspot 2, Amdahl 2, bound 1, fix 2
     ("wrong", "profiling"): (5.0, "ok"),  # summed durations lose overlapping time, hotspot, bound (2+2+1)
     ("profiling_slip", "profiling"): (7.0, "ok"),  # the fraction inverted loses Amdahl and the bound (2+1)
+    # memory_kv (10): no headroom loses the largest batch (2), "fits only without the headroom" (1) and
+    # the table (2)
+    ("wrong", "memory_kv"): (5.0, "ok"),
+    # n_heads for n_kv_heads keeps MHA's cache (1), "nothing fits" (1) and bad input (1); GQA's cache, the
+    # totals, the largest batch and the table are wrong
+    ("memory_kv_slip", "memory_kv"): (3.0, "ok"),
+    # serving_queue (11): not waiting for the batch before loses queueing (2), largest within (2) and none
+    # within (1)
+    ("wrong", "serving_queue"): (6.0, "ok"),
+    # the p99 one rank too high loses the percentile (2), the edge of exactly 100 values (1) and largest
+    # within (2: its p99 is returned); "none within" holds (a higher p99 is over the budget too)
+    ("serving_queue_slip", "serving_queue"): (6.0, "ok"),
 }
 
 

@@ -48,6 +48,13 @@ def test_readme_gives_every_assignment_its_lesson_and_points_in_course_order():
         assert f"| [{nb.title}]({nb.path.as_posix()}) | {nb.lesson} | {nb.points:g} |" in readme
 
 
+def test_assignments_are_listed_in_the_course_order():
+    titles = ["Assignment 10 — c", "Assignment 2 — b", "Assignment 1 — a", "Assignment 9 — d"]
+    assert sorted(titles, key=colab.course_order) == [
+        "Assignment 1 — a", "Assignment 2 — b", "Assignment 9 — d", "Assignment 10 — c"]
+    listed = [nb.title for nb in colab.student_notebooks() if nb.kind == "assignment"]
+    assert listed == sorted(listed, key=colab.course_order)
+
 def test_badges_and_setup_cells_use_the_one_repository_url():
     readme = (ROOT / "README.md").read_text()
     github = colab.REPO_URL.removeprefix("https://github.com/")

@@ -100,18 +100,19 @@ def assignment_facts(path: Path) -> tuple[str, float]:
     return lesson, points
 
 
-def _course_order(nb: StudentNotebook) -> tuple[int, str]:
-    number = re.match(r"Assignment (\d+)", nb.title)
-    return (int(number[1]) if number else 10**6, nb.title)
-
-
 def student_notebooks(root: Path = ROOT) -> list[StudentNotebook]:
     """Lessons then released assignments: what the README lists with Colab badges."""
     lessons = [StudentNotebook(p, notebook_title(root / p), "lesson") for p in lesson_paths(root)]
     tasks = [StudentNotebook(p, notebook_title(root / p), "assignment", *assignment_facts(root / p))
              for p in release_paths(root)]
-    tasks.sort(key=_course_order)  # "Assignment 1 ...", "Assignment 2 ...", ..., "Assignment 10 ..."
+    tasks.sort(key=lambda nb: course_order(nb.title))  # Assignment 1, 2, ..., 9, 10
     return lessons + tasks
+
+
+def course_order(title: str) -> tuple[int, str]:
+    """Sort key of an assignment title: its number, so that "Assignment 10" comes after "Assignment 9"."""
+    number = re.match(r"\D*(\d+)", title)
+    return (int(number[1]) if number else 0, title)
 
 
 def colab_pins(root: Path = ROOT) -> list[str]:

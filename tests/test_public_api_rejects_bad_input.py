@@ -987,7 +987,7 @@ EXCLUDED: dict[str, str] = {
     "cost.costs.ChipEstimate": "a result of costs.estimate",
     "cost.serving.ServingStats": "a result of serving.simulate_dynamic_batching",
     "cost.serving.GenerationStats": "a result of serving.simulate_generation",
-    "machine.specs.Chip": "a row of data/chips.csv, checked by specs.load_chips",
+    "machine.specs.Chip": "a row of hwopt/data/chips.csv, checked by specs.load_chips",
     "machine.card.MachineCard": "a result of card.machine_card",
     "machine.hardware.GPUInfo": "a result of hardware.cuda_gpus",
     "machine.hardware.MachineInfo": "a result of hardware.machine",

@@ -88,6 +88,11 @@ def v_wrong(a, release, good):
             c.source = re.sub(r'(_answer = )"([a-d])"', lambda m: f'{m[1]}"{"b" if m[2] != "b" else "c"}"',
                               re.sub(r"(_answer = )([0-9.]+)", r"\g<1>1.0", c.source))
         return good
+    if a == "batching":  # the flattening point taken as the largest batch that reaches the fraction
+        return edit(good, "flattening", "    return min(reaching)", "    return max(reaching)")
+    if a == "bandwidth_precision":  # model size in GiB (2**30 bytes) where GB (1e9 bytes) was asked
+        return edit(good, "model_size", "BYTES_PER_WEIGHT[precision] / 1e9",
+                    "BYTES_PER_WEIGHT[precision] / 2**30")
     if a == "roofline":  # GEMM bytes without the write of C
         return edit(good, "op_cost", "elements = m * k + k * n + m * n", "elements = m * k + k * n")
     if a == "fusion":  # unfused bytes count each op's reads but not its write
@@ -117,6 +122,20 @@ def v_serving_queue_slip(a, release, good):
     if a == "serving_queue":  # the p99 one rank too high: rank ceil(0.99 n) used as a 0-based index
         return edit(good, "percentile", "ordered[math.ceil(percent * len(ordered) / 100) - 1]",
                     "ordered[min(len(ordered) - 1, math.ceil(percent * len(ordered) / 100))]")
+    return good
+
+
+def v_batching_slip(a, release, good):
+    if a == "batching":  # throughput with the latency left in milliseconds: items per ms, not per s
+        return edit(good, "throughput", "    return batch_size / (latency_ms / 1000)",
+                    "    return batch_size / latency_ms")
+    return good
+
+
+def v_bandwidth_precision_slip(a, release, good):
+    if a == "bandwidth_precision":  # tries the precisions from int4 up: the lowest that is fast enough
+        return edit(good, "precision_for_target", 'for precision in ("fp32", "fp16", "int8", "int4"):',
+                    'for precision in ("int4", "int8", "fp16", "fp32"):')
     return good
 
 
@@ -473,6 +492,7 @@ STUDENTS: dict[str, Variant] = {
     "signal_next": v_correct, "flood": v_flood, "fork_bomb": v_fork_bomb,
     "roofline_slip": v_roofline_slip,
     "fusion_slip": v_fusion_slip,
+    "batching_slip": v_batching_slip, "bandwidth_precision_slip": v_bandwidth_precision_slip,
     "quantize_slip": v_quantize_slip, "profiling_slip": v_profiling_slip,  # assignments 6 and 8
     "memory_kv_slip": v_memory_kv_slip,
     "serving_queue_slip": v_serving_queue_slip,
@@ -498,6 +518,8 @@ TARGETS = {"correct": ALL, "blank": ALL, "raises": ("batching",),
            "memory_kv_slip": ("memory_kv",),
            "serving_queue_slip": ("serving_queue",)}
 TARGETS["wrong"] += ("quantize", "profiling")  # assignments 6 and 8
+TARGETS["wrong"] += ("batching", "bandwidth_precision")  # assignments 1 and 2
+TARGETS.update(batching_slip=("batching",), bandwidth_precision_slip=("bandwidth_precision",))
 TARGETS.update(quantize_slip=("quantize",), profiling_slip=("profiling",))
 FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "quiz": 10.0,
         "roofline": 11.0,
@@ -533,6 +555,14 @@ EXPECTED = {
     ("wrong", "fusion"): (8.0, "ok"),
     # fusion: fusing across a two-consumer node loses fan-out (2) and epilogues (2, two_matmuls' scale)
     ("fusion_slip", "fusion"): (7.0, "ok"),
+    # batching (8): the largest batch reaching the fraction loses the flattening point (2)
+    ("wrong", "batching"): (6.0, "ok"),
+    # batching: items per millisecond loses throughput (2) and the best throughput of both sweeps (2 + 2)
+    ("batching_slip", "batching"): (2.0, "ok"),
+    # bandwidth_precision (8): GiB for GB loses the model size (2), tokens/s (2) and chip tokens/s (2)
+    ("wrong", "bandwidth_precision"): (2.0, "ok"),
+    # bandwidth_precision: the lowest precision that is fast enough loses the precision for a target (2)
+    ("bandwidth_precision_slip", "bandwidth_precision"): (6.0, "ok"),
     # assignment 6 (quantize), 12 points: symmetric 2, asymmetric 2, per channel 2, groups 2, dequantize 1,
     # error 1, plan 2
     ("wrong", "quantize"): (5.0, "ok"),  # qmax 2^(b-1) loses symmetric, per channel, groups, error (2+2+2+1)

@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import re
 import string
 import sys
 from pathlib import Path
@@ -155,3 +156,12 @@ def test_the_reference_grades_the_draw_of_the_id_it_grades_and_the_samples_answe
         assert [c.variables["student_id"] for c in cases] == ["grace"]
         (expected,) = ref.expected(check, cases)
         assert expected["value"] and all(typed[q] == letter for q, letter in expected["value"].items())
+
+
+def test_the_grade_cells_are_the_groups_of_the_draw_one_point_per_question():
+    nb = samples.load("source", "quiz")
+    cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    lessons = [json.loads(re.search(r"lessons=(\[[\d, ]+\])\)", c.source)[1]) for c in cells]
+    assert lessons == [list(group) for group, _ in quiz.GROUPS]
+    points = [c.metadata["nbgrader"]["points"] for c in cells]
+    assert points == [len(group) * count for group, count in quiz.GROUPS]

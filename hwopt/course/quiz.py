@@ -20,6 +20,8 @@ import random
 import textwrap
 from pathlib import Path
 
+from hwopt.course.grading.judge import letter
+
 LETTERS = ("a", "b", "c", "d")
 # The draw: (lessons of one grade cell, how many questions from each of those lessons).
 GROUPS = (((1, 2), 1), ((3, 4), 1), ((5, 6), 1), ((7,), 2), ((8,), 2))
@@ -141,11 +143,6 @@ class AnswerKey:
     def letter(self, question: dict) -> str:
         """The letter under which the posed question shows its right choice."""
         return LETTERS[question["origins"].index(self.right[question["id"]])]
-
-
-def letter(value):
-    """A chosen letter as graded: ' C ' and 'c' are the same; anything else is kept as it is (and wrong)."""
-    return value.strip().lower() if isinstance(value, str) else value
 
 
 def answers_to(bank: dict, student_id: str, lessons: list[int], answers) -> dict:

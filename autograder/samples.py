@@ -7,6 +7,7 @@ variants are the correct solution. EXPECTED holds the scores the grader must giv
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import re
@@ -42,10 +43,30 @@ def _grade_id(cell) -> str | None:
     return cell.metadata.get("nbgrader", {}).get("grade_id")
 
 
-def solved(assignment: str, root: Path = ROOT):
-    """What a student who solved everything submits: the release notebook with the solutions typed in."""
+QUIZ_KEY = "autograder/quiz_answers.json"  # the quiz's answer key: never in source/ or release/
+SAMPLE_ID = "instructor"  # the id a solved quiz is written for when no student id is given
+
+
+def quiz_solution(student_id: str, root: Path = ROOT) -> dict[str, str]:
+    """The quiz's solution cells as student_id types them: that id, and the right letter of each question."""
+    from hwopt.course import quiz
+
+    bank = quiz.load_bank(root / "source" / "quiz" / "question_bank.json")
+    key = quiz.AnswerKey(root / QUIZ_KEY)
+    right = {q["id"]: key.letter(q) for q in quiz.draw(bank, student_id)}
+    return {"student_id": f"STUDENT_ID = {student_id!r}", "answers": f"answers = {right!r}"}
+
+
+def solved(assignment: str, root: Path = ROOT, student_id: str = SAMPLE_ID):
+    """What a student who solved everything submits: the release notebook with the solutions typed in.
+
+    The quiz's solution depends on who answers it (each student draws their own questions): it is written
+    for student_id, the id the submission is graded under.
+    """
     answers = {_grade_id(c): c.source for c in load("source", assignment, root).cells
                if c.metadata.get("nbgrader", {}).get("solution")}
+    if assignment == "quiz":
+        answers = quiz_solution(student_id, root)
     nb = load("release", assignment, root)
     for cell in nb.cells:
         if _grade_id(cell) in answers:
@@ -82,11 +103,12 @@ def v_wrong(a, release, good):
     if a == "latency_budget":  # "<" instead of "<=", and the last duplicate instead of the worst
         edit(good, "largest_batch", "latency_ms <= budget_ms", "latency_ms < budget_ms")
         return edit(good, "largest_batch", "max(latency_ms, worst.get(batch_size, latency_ms))", "latency_ms")
-    if a == "quiz":  # three wrong answers
-        for q in ("q1", "q4", "q6"):
-            c = cell(good, q)
-            c.source = re.sub(r'(_answer = )"([a-d])"', lambda m: f'{m[1]}"{"b" if m[2] != "b" else "c"}"',
-                              re.sub(r"(_answer = )([0-9.]+)", r"\g<1>1.0", c.source))
+    if a == "quiz":  # three wrong answers, one letter on: lessons 1, 3 and 5 (the draw's 1st, 3rd, 5th)
+        c = cell(good, "answers")
+        right = ast.literal_eval(c.source.removeprefix("answers = "))
+        for qid in list(right)[0:6:2]:
+            right[qid] = "abcd"[("abcd".index(right[qid]) + 1) % 4]
+        c.source = f"answers = {right!r}"
         return good
     if a == "batching":  # the flattening point taken as the largest batch that reaches the fraction
         return edit(good, "flattening", "    return min(reaching)", "    return max(reaching)")
@@ -532,7 +554,7 @@ EXPECTED = {
     **{("correct", a): (FULL[a], "ok") for a in ALL},
     **{("blank", a): (0.0, "ok") for a in ALL},
     ("wrong", "latency_budget"): (7.0, "ok"),  # on-budget (1), duplicates (2), model at 100 ms exactly (2)
-    ("wrong", "quiz"): (7.0, "ok"),  # three wrong answers
+    ("wrong", "quiz"): (4.0, "ok"),  # wrong on lessons 1, 3 and 5: loses lessons 1-2, 3-4 and 5-6 (2 each)
     ("raises", "batching"): (6.0, "ok"),  # only the flattening part (2) raises
     ("infinite_loop", "latency_budget"): (9.0, "ok"),  # the two cells where nothing fits time out (1 + 2)
     ("sigint_loop", "latency_budget"): (9.0, "ok"),  # same, the kernel is restarted instead of interrupted
@@ -585,9 +607,13 @@ EXPECTED = {
 }
 
 
-def submission(student: str, assignment: str, root: Path = ROOT):
-    """The notebook (or raw bytes, or None) that this sample student submits for this assignment."""
-    return STUDENTS[student](assignment, load("release", assignment, root), solved(assignment, root))
+def submission(student: str, assignment: str, root: Path = ROOT, student_id: str | None = None):
+    """The notebook (or raw bytes, or None) that this sample student submits for this assignment.
+
+    student_id: the id it is graded under (the sample's name unless given): the quiz is drawn for it.
+    """
+    good = solved(assignment, root, student_id or student)
+    return STUDENTS[student](assignment, load("release", assignment, root), good)
 
 
 def write_submissions(submitted: Path, students: dict[str, str] | None = None, targets_only: bool = False,
@@ -600,7 +626,7 @@ def write_submissions(submitted: Path, students: dict[str, str] | None = None, t
     written = []
     for student_id, sample in students.items():
         for assignment in TARGETS[sample] if targets_only else ASSIGNMENTS:
-            content = submission(sample, assignment, root)
+            content = submission(sample, assignment, root, student_id)
             folder = Path(submitted) / student_id / assignment
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"{notebook_name(assignment)}.ipynb"

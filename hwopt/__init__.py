@@ -9,7 +9,8 @@
   footprint (memory capacity: weights + KV cache + activations).
 - experiments/ (what the lessons run): roofline_points, decode, lowbit_gemv, tiny_decoder, precision,
   classifier, fusion, ort, profiling.
-- course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox), colab.
+- course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox), colab, quiz (the
+  practice quiz's question bank and each student's draw from it).
 """
 
 __version__ = "0.1.0"

@@ -60,11 +60,13 @@ def test_release_has_no_solutions_and_no_hidden_tests(assignment):
 
 def test_quiz_answers_cannot_be_read_from_the_visible_tests():
     quiz = samples.load("source", "quiz")
-    answers = {nbg(c)["grade_id"]: c.source for c in quiz.cells if nbg(c).get("solution")}
-    assert len(answers) == 10
+    solutions = [nbg(c)["grade_id"] for c in quiz.cells if nbg(c).get("solution")]
+    assert solutions == ["student_id", "answers"], "the student types their id and their answers"
     for cell in graded_cells(samples.load("release", "quiz")):
         assert "==" not in cell.source, "visible quiz checks test the format only"
-        assert "hashlib" not in cell.source
+        assert "hashlib" not in cell.source and "quiz_answers" not in cell.source
+    for cell in graded_cells(quiz):  # each part is judged on the id it is graded under
+        assert "student_id=rng.student" in hidden_region(cell.source), nbg(cell)["grade_id"]
 
 
 def test_nothing_graded_depends_on_time_or_the_machine():

@@ -38,6 +38,21 @@ def test_cases_are_the_same_for_the_same_secret_and_student_and_differ_otherwise
     assert cases(b"k", "ada") != cases(b"other", "ada")
 
 
+def test_the_rng_carries_the_student_id_and_the_instructors_notebook_a_fixed_one():
+    check = judge.Check("f(student_id)", lambda rng: [judge.case("yours", student_id=rng.student)])
+    drawn = judge.draw(check, judge.case_rng(b"k", student="grace", **WHO))
+    assert [c.variables for c in drawn] == [{"student_id": "grace"}]
+    seen = []
+
+    def f(student_id):
+        seen.append(student_id)
+        return student_id
+
+    exec('from hwopt.course.grading.judge import case, check\n'  # noqa: S102 (the notebook's own run)
+         'check("f(student_id)", lambda rng: [case("yours", student_id=rng.student)])', {"f": f})
+    assert seen == [judge.INSTRUCTOR]
+
+
 def test_cases_must_be_plain_data():
     with pytest.raises(ValueError, match="plain"):
         judge.draw(judge.Check("f(x)", [judge.case("x", x=np.float64(1.0))]), None)

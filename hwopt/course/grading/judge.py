@@ -10,10 +10,12 @@ never in the student's kernel:
     ])
 
 Each case's variables are drawn with an RNG seeded by the instructor secret and the student id, so every
-student gets their own numbers and regrading reproduces them. The student's kernel evaluates the call on
-each case and prints the outcomes as JSON (grading.collect); the reference solution, run here, gives
-the expected outcomes. A part earns its points only when every case is right; a missing, malformed or
-duplicated report earns 0 (fail closed).
+student gets their own numbers and regrading reproduces them. The RNG also carries the id being graded,
+`rng.student` (INSTRUCTOR in the instructor's own notebook), for a case that depends on who answers it,
+e.g. `case("your questions", student_id=rng.student)` when each student draws their own questions.
+The student's kernel evaluates the call on each case and prints the outcomes as JSON (grading.collect);
+the reference solution, run here, gives the expected outcomes. A part earns its points only when every
+case is right; a missing, malformed or duplicated report earns 0 (fail closed).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ SECRET_FILE_ENV = "HWOPT_GRADER_SECRET_FILE"
 DEFAULT_SECRET_FILE = Path("~/.config/hwopt/grader-secret")
 MAX_REPORT_CHARS = 1_000_000
 PLAIN_SCALARS = (str, int, float, bool, type(None))
+INSTRUCTOR = "instructor"  # rng.student where no student is graded (the instructor's notebook, validate)
 
 
 class MissingSecret(RuntimeError):
@@ -135,7 +138,9 @@ def check(call: str, cases=None, **options) -> None:
         _declared.append(declared)
         return
     namespace = sys._getframe(1).f_globals
-    for one in draw(declared, random.Random(0)):
+    rng = random.Random(0)
+    rng.student = INSTRUCTOR
+    for one in draw(declared, rng):
         got = collect.outcome(call, one.variables, namespace)
         if one.must_name:
             assert "raised" in got, f"{call}: {one.about}: expected an error, got {got}"
@@ -156,9 +161,14 @@ def read_checks(hidden_code: str, namespace: dict) -> list[Check]:
 
 def case_rng(secret: bytes, *, assignment: str, notebook: str, grade_id: str, student: str,
              index: int = 0) -> random.Random:
-    """The RNG of one check of one student: the same secret and student give the same cases."""
+    """The RNG of one check of one student: the same secret and student give the same cases.
+
+    rng.student is the student id, for cases that pass it on (a quiz drawn per student).
+    """
     message = "\0".join((assignment, notebook, grade_id, str(index), student)).encode()
-    return random.Random(int.from_bytes(hmac.new(secret, message, hashlib.sha256).digest(), "big"))
+    rng = random.Random(int.from_bytes(hmac.new(secret, message, hashlib.sha256).digest(), "big"))
+    rng.student = student
+    return rng
 
 
 def is_plain(value) -> bool:

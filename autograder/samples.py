@@ -147,6 +147,12 @@ def v_serving_queue_slip(a, release, good):
     return good
 
 
+def v_quiz_slip(a, release, good):
+    if a == "quiz":  # a classmate's id and answers copied: graded on this student's own draw
+        return solved(a, ROOT, "a classmate")
+    return good
+
+
 def v_batching_slip(a, release, good):
     if a == "batching":  # throughput with the latency left in milliseconds: items per ms, not per s
         return edit(good, "throughput", "    return batch_size / (latency_ms / 1000)",
@@ -515,6 +521,7 @@ STUDENTS: dict[str, Variant] = {
     "roofline_slip": v_roofline_slip,
     "fusion_slip": v_fusion_slip,
     "batching_slip": v_batching_slip, "bandwidth_precision_slip": v_bandwidth_precision_slip,
+    "quiz_slip": v_quiz_slip,
     "quantize_slip": v_quantize_slip, "profiling_slip": v_profiling_slip,  # assignments 6 and 8
     "memory_kv_slip": v_memory_kv_slip,
     "serving_queue_slip": v_serving_queue_slip,
@@ -541,7 +548,8 @@ TARGETS = {"correct": ALL, "blank": ALL, "raises": ("batching",),
            "serving_queue_slip": ("serving_queue",)}
 TARGETS["wrong"] += ("quantize", "profiling")  # assignments 6 and 8
 TARGETS["wrong"] += ("batching", "bandwidth_precision")  # assignments 1 and 2
-TARGETS.update(batching_slip=("batching",), bandwidth_precision_slip=("bandwidth_precision",))
+TARGETS.update(batching_slip=("batching",), bandwidth_precision_slip=("bandwidth_precision",),
+               quiz_slip=("quiz",))
 TARGETS.update(quantize_slip=("quantize",), profiling_slip=("profiling",))
 FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "quiz": 10.0,
         "roofline": 11.0,
@@ -555,6 +563,8 @@ EXPECTED = {
     **{("blank", a): (0.0, "ok") for a in ALL},
     ("wrong", "latency_budget"): (7.0, "ok"),  # on-budget (1), duplicates (2), model at 100 ms exactly (2)
     ("wrong", "quiz"): (4.0, "ok"),  # wrong on lessons 1, 3 and 5: loses lessons 1-2, 3-4 and 5-6 (2 each)
+    # a classmate's answers: this student's draw has other questions or other numbers in every group
+    ("quiz_slip", "quiz"): (0.0, "ok"),
     ("raises", "batching"): (6.0, "ok"),  # only the flattening part (2) raises
     ("infinite_loop", "latency_budget"): (9.0, "ok"),  # the two cells where nothing fits time out (1 + 2)
     ("sigint_loop", "latency_budget"): (9.0, "ok"),  # same, the kernel is restarted instead of interrupted

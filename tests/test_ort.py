@@ -39,6 +39,24 @@ def test_export_defaults_to_a_temp_dir_outside_the_repo_removed_at_exit():
     assert not path.parent.exists()
 
 
+def test_folders_of_a_killed_process_are_removed_by_the_next_temp_dir(tmp_path, monkeypatch):
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    stale = tmp_path / f"hwopt-onnx-pid{killed.pid}-abc"
+    stale.mkdir()
+    assert hort.remove_stale_temp_dirs() == []  # its process still runs: its folder stays
+    killed.kill()
+    killed.wait()
+    mine = hort.temp_dir()  # a Jupyter kernel shut down at once cannot clean up: the next use does
+    assert not stale.exists() and mine.is_dir() and f"pid{os.getpid()}-" in mine.name
+    hort.remove_temp_dirs()
+
+
 def test_optimized_graph_and_saturation_probe_leave_no_files(tmp_path, monkeypatch, exported):
     import tempfile
 

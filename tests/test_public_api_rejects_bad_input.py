@@ -805,6 +805,7 @@ VALID: dict[str, Callable[[], Call]] = {
     **within("experiments.ort", {
         "temp_dir": lambda: call(ort.temp_dir, "hwopt-test-", text="prefix"),
         "remove_temp_dirs": lambda: call(ort.remove_temp_dirs),
+        "remove_stale_temp_dirs": lambda: call(ort.remove_stale_temp_dirs, TMP, text="folder"),
         # The valid call runs the dynamo exporter for seconds (tests/test_ort.py); bad values are refused
         # before it starts.
         "export_onnx": lambda: call(ort.export_onnx, torch.nn.Linear(4, 2), (torch.zeros(1, 4),),

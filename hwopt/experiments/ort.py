@@ -7,6 +7,8 @@ import atexit
 import contextlib
 import io
 import logging
+import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -31,15 +33,20 @@ logits = session.run(None, {"x": x_numpy})[0]"""
 
 
 _TEMP_DIRS: list[Path] = []  # folders made by temp_dir, removed when Python exits
+_OWNER = re.compile(r"-pid(\d+)-")  # temp_dir names each folder after the process that made it
 
 
 def temp_dir(prefix: str = "hwopt-onnx-") -> Path:
-    """A fresh temporary folder for exported models (never inside the repository), removed at exit."""
+    """A fresh temporary folder for exported models (never inside the repository), removed at exit.
+
+    A process killed before it exits (a Jupyter kernel shut down at once) cannot remove its folders: the
+    next call, in any process, removes those of processes that no longer run (remove_stale_temp_dirs)."""
     if not isinstance(prefix, str) or any(c in prefix for c in "/\\"):
         raise ValueError(f"prefix must be a str without slashes; got {prefix!r}")
     if not _TEMP_DIRS:
         atexit.register(remove_temp_dirs)
-    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    remove_stale_temp_dirs()
+    folder = Path(tempfile.mkdtemp(prefix=f"{prefix}pid{os.getpid()}-"))
     _TEMP_DIRS.append(folder)
     return folder
 
@@ -48,6 +55,30 @@ def remove_temp_dirs() -> None:
     """Delete every folder temp_dir made (and the models in them); runs by itself when Python exits."""
     while _TEMP_DIRS:
         shutil.rmtree(_TEMP_DIRS.pop(), ignore_errors=True)
+
+
+def remove_stale_temp_dirs(folder: str | Path | None = None) -> list[str]:
+    """Delete the temp_dir folders (in folder, default the system's temporary folder) of processes that no
+    longer run; returns their names."""
+    folder = tempfile.gettempdir() if folder is None else arguments.instance("folder", folder, (str, Path))
+    root = Path(folder)
+    removed = []
+    for path in root.glob("hwopt-*-pid*-*"):
+        owner = _OWNER.search(path.name)
+        if owner and path.is_dir() and not _running(int(owner[1])):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return sorted(removed)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's process, or no such pid on this system
+        return True
+    return True
 
 
 @contextlib.contextmanager

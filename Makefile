@@ -36,8 +36,9 @@ grading-deps:          ## install /usr/bin/bwrap via apt when missing
 	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bubblewrap; }
 
-# Colab compatibility test: Colab's widget versions in a folder prepended to PYTHONPATH (pins in hwopt/course/colab.py).
-colab-overlay: env     ## Colab's ipywidgets 7.7.1 stack in .venv-colab-overlay/
+# Colab compatibility test: Colab's widget and IPython versions (hwopt/course/colab_pip_freeze.txt) in a folder
+# prepended to PYTHONPATH.
+colab-overlay: env     ## Colab's ipywidgets 7.7.1 / IPython 7.34 stack in .venv-colab-overlay/
 	$(PY) -m hwopt.course.colab overlay .venv-colab-overlay
 
 test: env lab-settings browser-deps grading-deps colab-overlay  ## lint, then every test (unit, notebooks, grading, browser)

@@ -67,21 +67,35 @@ def test_badges_and_setup_cells_use_the_one_repository_url():
             assert colab.REPO_URL not in path.read_text(), f"{path.name} repeats the repository URL"
 
 
-def run_setup_cell(tmp_path, on_colab):
-    """Exec the setup cell in a fresh interpreter; report what it changed and which commands it ran."""
+def run_setup_cell(tmp_path, on_colab, installed=None, cloned=False):
+    """Exec the setup cell in a fresh interpreter; report what it changed and which commands it ran.
+
+    installed: {distribution: version} the runtime has (others are missing); cloned: the course is there."""
     script = f"""
-import json, os, subprocess, sys, types
+import importlib.metadata, json, os, subprocess, sys, types
 calls, chdirs = [], []
 def fake_run(cmd, **kwargs):
     calls.append(list(cmd))
     return subprocess.CompletedProcess(cmd, 0)
 subprocess.run = fake_run
 real_chdir, os.chdir = os.chdir, lambda path: chdirs.append(str(path))
+installed = {installed or {}!r}
+def fake_version(name):
+    if name not in installed:
+        raise importlib.metadata.PackageNotFoundError(name)
+    return installed[name]
+importlib.metadata.version = fake_version
+real_isdir = os.path.isdir
+os.path.isdir = lambda path: {cloned} if str(path).startswith({colab.COLAB_CLONE_DIR!r}) else real_isdir(path)
 if {on_colab}:
     sys.modules["google.colab"] = types.ModuleType("google.colab")
 before = (os.getcwd(), list(sys.path))
-exec(compile({colab.setup_cell_source("notebooks/03_batching.ipynb")!r}, "setup-cell", "exec"), {{}})
-print(json.dumps({{"calls": calls, "chdirs": chdirs, "sys_path_changed": list(sys.path) != before[1],
+code = compile({colab.setup_cell_source("notebooks/03_batching.ipynb")!r}, "setup-cell", "exec")
+exec(code, {{}})
+first = list(sys.path)
+exec(code, {{}})
+print(json.dumps({{"calls": calls, "chdirs": chdirs, "sys_path_changed": first != before[1],
+                  "sys_path_grows": list(sys.path) != first,
                   "cwd_changed": os.getcwd() != before[0], "files": os.listdir(".")}}))
 """
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
@@ -89,23 +103,43 @@ print(json.dumps({{"calls": calls, "chdirs": chdirs, "sys_path_changed": list(sy
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def installs(calls):
+    """The name==version (or path) arguments of the pip installs among calls."""
+    return [arg for cmd in calls if "install" in cmd for arg in cmd[cmd.index("install") + 1:]
+            if not arg.startswith("-")]
+
+
 def test_setup_cell_does_nothing_outside_colab(tmp_path):
     report = run_setup_cell(tmp_path, on_colab=False)
-    assert report == {"calls": [], "chdirs": [], "sys_path_changed": False, "cwd_changed": False, "files": []}
+    assert report == {"calls": [], "chdirs": [], "sys_path_changed": False, "sys_path_grows": False,
+                      "cwd_changed": False, "files": []}
 
 
-def test_setup_cell_on_colab_clones_installs_the_toolkit_and_keeps_colabs_torch_and_widgets(tmp_path):
-    report = run_setup_cell(tmp_path, on_colab=True)
-    clone, *pips = report["calls"]
+def test_setup_cell_on_colab_clones_installs_the_toolkit_and_keeps_colabs_packages(tmp_path):
+    report = run_setup_cell(tmp_path, on_colab=True)  # nothing installed: both runs try everything
+    clone, *pips = report["calls"][: len(report["calls"]) // 2]
     assert clone[:2] == ["git", "clone"] and colab.REPO_URL in clone
-    installed = [arg for cmd in pips for arg in cmd[cmd.index("install") + 1:] if not arg.startswith("-")]
-    names = {arg.split("==")[0].lower() for arg in installed}
-    touched = names & set(colab.COLAB_KEEPS)
-    assert not touched, f"the setup cell must not install {touched}"
+    names = {arg.split("==")[0].lower() for arg in installs(pips)}
+    touched = names & set(colab.colab_freeze())
+    assert not touched, f"the setup cell must not install {touched}: Colab ships them"
     assert set(colab.COLAB_MISSING) <= names
     toolkit = next(cmd for cmd in pips if "-e" in cmd)
     assert "--no-deps" in toolkit, "the toolkit's own install must not resolve (and replace) Colab's torch"
-    assert report["sys_path_changed"] and report["chdirs"] == [f"{colab.COLAB_CLONE_DIR}/notebooks"]
+    assert report["sys_path_changed"] and not report["sys_path_grows"], "a re-run adds the course once"
+    assert report["chdirs"] == [f"{colab.COLAB_CLONE_DIR}/notebooks"] * 2
+
+
+def test_setup_cell_rerun_after_a_failure_retries_only_what_is_missing(tmp_path):
+    onnx, onnxruntime, onnxscript = colab.colab_pins()
+    # The clone and onnx got there; onnxruntime failed; an older onnxscript is there.
+    installed = {"onnx": onnx.split("==")[1], "onnxscript": "0.0.1"}
+    report = run_setup_cell(tmp_path, on_colab=True, installed=installed, cloned=True)
+    calls = report["calls"][: len(report["calls"]) // 2]
+    assert not any(cmd[:2] == ["git", "clone"] for cmd in calls), "the clone is there: no second clone"
+    assert installs(calls) == [onnxruntime, onnxscript, colab.COLAB_CLONE_DIR]
+    done = {pin.split("==")[0]: pin.split("==")[1] for pin in colab.colab_pins()} | {"hwopt": "0.1.0"}
+    report = run_setup_cell(tmp_path, on_colab=True, installed=done, cloned=True)
+    assert report["calls"] == [], "everything is there: a re-run installs nothing"
 
 
 def test_setup_cell_pins_what_colab_lacks_to_the_course_pins():

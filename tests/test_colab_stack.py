@@ -1,8 +1,11 @@
-"""The toolkit works on Colab's stack: ipywidgets 7.7.1 (+ widgetsnbextension 3.6), and no GPU to find.
+"""The toolkit works on Colab's stack: ipywidgets 7.7.1 (jupyterlab_widgets 3.0.16, widgetsnbextension 3.6),
+ipython 7.34, ipykernel 6.17, jupyter_client 7.4, and no GPU to find.
 
-A second environment = this one's packages with Colab's widget versions in front (an overlay folder on
-PYTHONPATH, built by `make colab-overlay` from hwopt.course.colab.COLAB_WIDGET_PINS): the widget tests and one
-lesson run there headless, in fresh processes.
+A second environment = this one's packages with Colab's widget and IPython versions in front (an overlay
+folder on PYTHONPATH, built by `make colab-overlay` from hwopt.course.colab.COLAB_STACK at the stored Colab
+freeze's versions): the widget tests, one lesson and one assignment run there headless, in fresh processes,
+their kernels on Colab's ipykernel and IPython. (This environment's Python, not Colab's 3.13: Colab's torch
+build is not on the package index; tests/test_colab_resolution.py checks the setup cell's installs for 3.13.)
 """
 
 import json
@@ -10,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -18,8 +22,10 @@ from hwopt.course import colab
 
 ROOT = colab.ROOT
 OVERLAY = ROOT / ".venv-colab-overlay"
-# A lesson with sliders that runs quickly headless (the first that exists is used).
+# A lesson with sliders and an assignment (its instructor version, solutions in) that run quickly headless.
 LESSONS = ("notebooks/03_batching.ipynb", "notebooks/07_five_mistakes.ipynb", "notebooks/01_chips.ipynb")
+ASSIGNMENTS = ("source/batching/batching.ipynb", "source/roofline/roofline.ipynb")
+STACK = ("ipywidgets", "widgetsnbextension", "jupyterlab_widgets", "ipython", "ipykernel", "jupyter_client")
 WIDGET_TESTS = "explor or widget or slider or dropdown or toggle"
 CELL_TIMEOUT_S = 300
 
@@ -39,23 +45,26 @@ def run_python(code, env, timeout=600):
                           timeout=timeout)
 
 
-def expected_widget_versions():
-    return dict(pin.split("==") for pin in colab.COLAB_WIDGET_PINS)
+def colab_versions():
+    """{name: version} of Colab's stack, from the stored freeze."""
+    return dict(pin.split("==") for pin in colab.colab_stack_pins())
 
 
-def test_the_overlay_holds_colabs_widget_versions(colab_env):
+def test_the_overlay_holds_colabs_widget_and_ipython_versions(colab_env):
     result = run_python(
-        "import json, importlib.metadata as m, ipywidgets, hwopt.widgets\n"
-        "names = ('ipywidgets', 'widgetsnbextension', 'jupyterlab_widgets')\n"
-        "print(json.dumps({n: m.version(n) for n in names} | {'imported': ipywidgets.__version__}))",
+        "import json, importlib.metadata as m, IPython, ipykernel, ipywidgets, hwopt.widgets\n"
+        f"names = {STACK!r}\n"
+        "print(json.dumps({n: m.version(n) for n in names} | {'imported': [ipywidgets.__version__,"
+        " IPython.__version__, ipykernel.__version__]}))",
         colab_env)
     assert result.returncode == 0, result.stderr
     versions = json.loads(result.stdout.strip().splitlines()[-1])
-    pins = expected_widget_versions()
-    assert versions["imported"] == pins["ipywidgets"] == "7.7.1"
-    for name in ("ipywidgets", "widgetsnbextension", "jupyterlab_widgets"):
-        assert versions[name] == pins[name]
-    assert pins["widgetsnbextension"].startswith("3.6.")
+    expected = colab_versions()
+    assert versions.pop("imported") == [expected["ipywidgets"], expected["ipython"], expected["ipykernel"]]
+    assert versions == {name: expected[name] for name in STACK}
+    # What Colab publishes (its pip-freeze at the stored commit): the overlay puts these first.
+    assert expected["ipywidgets"] == "7.7.1" and expected["jupyterlab_widgets"] == "3.0.16"
+    assert expected["ipython"] == "7.34.0" and expected["ipykernel"] == "6.17.1"
 
 
 def widget_test_files():
@@ -95,23 +104,38 @@ def test_gpu_detection_falls_back_to_the_cpu_without_raising(colab_env):
     assert card.returncode == 0, card.stderr
 
 
-def test_a_lesson_runs_headless_with_ipywidgets_7(colab_env, tmp_path):
-    lesson = next((rel for rel in LESSONS if (ROOT / rel).exists()), None)
-    if lesson is None:
-        pytest.skip("no lesson notebook yet")
-    nb = nbformat.read(ROOT / lesson, as_version=4)
-    check = "import ipywidgets\nassert ipywidgets.__version__ == '7.7.1', ipywidgets.__version__"
+def run_on_colabs_stack(relative_path, colab_env, tmp_path):
+    """Execute a notebook in its working folder, a first cell asserting the kernel runs Colab's versions."""
+    nb = nbformat.read(ROOT / relative_path, as_version=4)
+    expected = colab_versions()
+    wanted = expected["ipywidgets"], expected["ipython"], expected["ipykernel"]
+    check = ("import IPython, ipykernel, ipywidgets\n"
+             "versions = ipywidgets.__version__, IPython.__version__, ipykernel.__version__\n"
+             f"assert versions == {wanted!r}, versions")
     nb.cells.insert(0, nbformat.v4.new_code_cell(check))
-    copy = tmp_path / "lesson.ipynb"
+    copy = tmp_path / Path(relative_path).name
     nbformat.write(nb, copy)
+    folder = ROOT / colab.working_folder(relative_path)
     code = (
         "import sys, nbformat\n"
         "from nbclient import NotebookClient\n"
         f"nb = nbformat.read({str(copy)!r}, as_version=4)\n"
         f"NotebookClient(nb, timeout={CELL_TIMEOUT_S}, kernel_name='python3',"
-        f" resources={{'metadata': {{'path': {str((ROOT / lesson).parent)!r}}}}}).execute()\n"
+        f" resources={{'metadata': {{'path': {str(folder)!r}}}}}).execute()\n"
         "print('executed', sum(c.cell_type == 'code' for c in nb.cells))\n"
     )
-    result = run_python(code, colab_env, timeout=600)
-    assert result.returncode == 0, f"{lesson} fails with ipywidgets 7.7.1:\n{result.stderr[-4000:]}"
+    return run_python(code, colab_env, timeout=600)
+
+
+def test_a_lesson_runs_headless_on_colabs_widget_and_ipython_stack(colab_env, tmp_path):
+    lesson = next(rel for rel in LESSONS if (ROOT / rel).exists())
+    result = run_on_colabs_stack(lesson, colab_env, tmp_path)
+    assert result.returncode == 0, f"{lesson} fails on Colab's stack:\n{result.stderr[-4000:]}"
+    assert "executed" in result.stdout
+
+
+def test_an_assignment_runs_headless_on_colabs_widget_and_ipython_stack(colab_env, tmp_path):
+    assignment = next(rel for rel in ASSIGNMENTS if (ROOT / rel).exists())
+    result = run_on_colabs_stack(assignment, colab_env, tmp_path)
+    assert result.returncode == 0, f"{assignment} fails on Colab's stack:\n{result.stderr[-4000:]}"
     assert "executed" in result.stdout

@@ -2,7 +2,8 @@
 
 `python -m hwopt.course.colab sync` rewrites the first cell of every student notebook (lessons and nbgrader
 source versions) and the README's notebook list; `--check` only reports what is out of date (exit 1).
-`python -m hwopt.course.colab overlay DIR` puts Colab's widget versions into DIR (compatibility tests).
+`python -m hwopt.course.colab overlay DIR` puts Colab's widget and IPython versions into DIR (compatibility
+tests); `freeze --update FILE-OR-URL --commit SHA` replaces the stored Colab pip-freeze, colab_pip_freeze.txt.
 """
 
 from __future__ import annotations
@@ -26,17 +27,17 @@ ROOT = Path(__file__).resolve().parents[2]
 COLAB_BADGE_SVG = "https://colab.research.google.com/assets/colab-badge.svg"
 README_START, README_END = "<!-- notebooks:start -->", "<!-- notebooks:end -->"
 
-# What a Colab runtime lacks; their versions come from pyproject's course pins (the one place for pins).
+# What a Colab runtime lacks; their versions come from pyproject's course pins (the one place for pins),
+# except where pyproject's [tool.hwopt.colab-setup] names versions that keep Colab's packages as they are.
 COLAB_MISSING = ("onnx", "onnxruntime", "onnxscript")
-# Colab ships these and breaks if they change: the setup cell must never install them.
-COLAB_KEEPS = ("torch", "numpy", "ipywidgets", "widgetsnbextension", "jupyterlab_widgets")
-# Colab's widget stack, reproduced in an overlay folder by `overlay` for the compatibility tests.
-COLAB_WIDGET_PINS = (
-    "ipywidgets==7.7.1",
-    "widgetsnbextension==3.6.10",
-    "jupyterlab_widgets==1.1.11",
-    "ipython_genutils==0.2.0",
-)
+# Colab's packages as published (a pip-freeze, its source commit in its header): the setup cell must change
+# none of them (tests/test_colab_resolution.py resolves its installs against this file).
+COLAB_FREEZE = Path(__file__).with_name("colab_pip_freeze.txt")
+# Colab's widget and IPython stack (versions from COLAB_FREEZE), put in front of this environment's packages
+# by `overlay` for the compatibility tests: the packages and those dependencies whose versions differ.
+COLAB_STACK = ("ipywidgets", "widgetsnbextension", "jupyterlab_widgets", "ipython", "ipykernel",
+               "jupyter_client", "ipython-genutils", "traitlets", "backcall", "pickleshare", "nest-asyncio",
+               "entrypoints", "decorator")
 
 
 @dataclass(frozen=True)
@@ -116,13 +117,75 @@ def course_order(title: str) -> tuple[int, str]:
 
 
 def colab_pins(root: Path = ROOT) -> list[str]:
-    """Exact pins (name==version) of COLAB_MISSING, read from pyproject's course group."""
-    groups = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    """Pins (name==version) of COLAB_MISSING: the course pins, or pyproject's [tool.hwopt.colab-setup]."""
+    pyproject = tomllib.loads((root / "pyproject.toml").read_text())
+    groups = pyproject["project"]["optional-dependencies"]
     pins = {re.split(r"[=<>!~ ]", req, maxsplit=1)[0].lower(): req for req in groups["course"]}
+    overrides = pyproject.get("tool", {}).get("hwopt", {}).get("colab-setup", {})
+    pins |= {name.lower(): f"{name.lower()}=={version}" for name, version in overrides.items()}
     missing = [name for name in COLAB_MISSING if name not in pins]
     if missing:
         raise ValueError(f"pyproject.toml: course group lacks pins for {missing}")
     return [pins[name] for name in COLAB_MISSING]
+
+
+def read_freeze(text: str) -> dict[str, str]:
+    """{canonical name: version} of a pip-freeze: `name==version` lines and `name @ URL` wheel lines
+    (version from the wheel's file name); comments, editable and source-tree lines are skipped."""
+    from urllib.parse import unquote
+
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+
+    versions = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith(("#", "-")):
+            continue
+        if "==" in line:
+            name, version = (part.strip() for part in line.split("==", 1))
+            versions[canonicalize_name(name)] = version
+        elif " @ " in line and line.endswith(".whl"):
+            _, version, _, _ = parse_wheel_filename(unquote(line.rsplit("/", 1)[-1]))
+            versions[canonicalize_name(line.split(" @ ")[0])] = str(version)
+    return versions
+
+
+def colab_freeze(path: Path = COLAB_FREEZE) -> dict[str, str]:
+    """Colab's packages as stored in the repository: {canonical name: version}."""
+    return read_freeze(Path(path).read_text())
+
+
+def freeze_header(path: Path = COLAB_FREEZE) -> dict[str, str]:
+    """The stored freeze's `# key: value` header lines (source, commit, python)."""
+    lines = Path(path).read_text().splitlines()
+    return {m[1]: m[2] for line in lines for m in [re.match(r"# (\w+): (.+)$", line)] if m}
+
+
+def update_freeze(source: str, commit: str, python: str = "3.13", path: Path = COLAB_FREEZE) -> int:
+    """Replace the stored freeze with a whole published pip-freeze (a file, or a URL) and its source commit;
+    return the number of packages written."""
+    if not re.fullmatch(r"[0-9a-f]{7,40}", commit):
+        raise ValueError(f"commit: expected the hex id of the freeze's commit, got {commit!r}")
+    if re.match(r"https?://", source):
+        from urllib.request import urlopen
+
+        with urlopen(source, timeout=60) as response:
+            text = response.read().decode()
+    else:
+        text = Path(source).read_text()
+    versions = read_freeze(text)
+    if not versions:
+        raise ValueError(f"source: expected a pip-freeze (name==version lines), got none in {source}")
+    header = [
+        "# Colab's Python packages: googlecolab/backend-info, pip-freeze.txt (the CPU runtime)",
+        f"# source: {source}",
+        f"# commit: {commit}",
+        f"# python: {python}",
+        "# Refresh: python -m hwopt.course.colab freeze --update PATH-OR-URL-OF-pip-freeze.txt --commit SHA",
+    ]
+    lines = header + [f"{name}=={version}" for name, version in versions.items()]
+    Path(path).write_text("\n".join(lines) + "\n")
+    return len(versions)
 
 
 def working_folder(relative_path: Path | str) -> str:
@@ -134,23 +197,39 @@ def working_folder(relative_path: Path | str) -> str:
 
 
 def setup_cell_source(relative_path: Path | str, root: Path = ROOT) -> str:
-    """The Colab setup cell for the notebook at relative_path: a no-op outside Colab."""
+    """The Colab setup cell for the notebook at relative_path: a no-op outside Colab. On Colab it clones the
+    course and installs what Colab lacks, each step only when its result is missing (a re-run retries it)."""
     clone = COLAB_CLONE_DIR
     pins = ", ".join(f'"{pin}"' for pin in colab_pins(root))
     return f'''# Colab setup: does nothing outside Google Colab.
 import sys
 
-if "google.colab" in sys.modules:  # get the course, add what Colab lacks; keep Colab's torch and widgets
+if "google.colab" in sys.modules:  # get the course, add what Colab lacks; change nothing Colab ships
+    import importlib.metadata
     import os
+    import shutil
     import subprocess
 
+    def absent(pin):  # not installed at that version: a re-run after a failure retries it
+        name, _, version = pin.partition("==")
+        try:
+            installed = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return True
+        return bool(version) and installed != version
+
     url, repo = "{REPO_URL}", "{clone}"
-    if not os.path.isdir(repo):
+    if not os.path.isdir(f"{{repo}}/.git"):
+        shutil.rmtree(repo, ignore_errors=True)  # what a failed clone left
         subprocess.run(["git", "clone", "--depth=1", url, repo], check=True)
-        pip = [sys.executable, "-m", "pip", "install", "-q"]
-        subprocess.run([*pip, {pins}], check=True)
+    pip = [sys.executable, "-m", "pip", "install", "-q"]
+    todo = [pin for pin in ({pins}) if absent(pin)]
+    if todo:
+        subprocess.run([*pip, *todo], check=True)
+    if absent("hwopt"):
         subprocess.run([*pip, "--no-deps", "-e", repo], check=True)
-    sys.path.insert(0, repo)  # the running kernel sees the editable install only after a restart
+    if repo not in sys.path:
+        sys.path.insert(0, repo)  # the running kernel sees the editable install only after a restart
     os.chdir(f"{{repo}}/{working_folder(relative_path)}")'''
 
 
@@ -232,16 +311,28 @@ def sync(root: Path = ROOT, check: bool = False) -> list[Path]:
     return stale
 
 
+def colab_stack_pins(path: Path = COLAB_FREEZE) -> list[str]:
+    """name==version of COLAB_STACK at Colab's versions (the stored freeze)."""
+    from packaging.utils import canonicalize_name
+
+    versions = colab_freeze(path)
+    missing = [name for name in COLAB_STACK if canonicalize_name(name) not in versions]
+    if missing:
+        raise ValueError(f"path: the Colab freeze {path} lacks {missing}")
+    return [f"{name}=={versions[canonicalize_name(name)]}" for name in COLAB_STACK]
+
+
 def build_overlay(target: Path) -> Path:
-    """Install Colab's widget stack (COLAB_WIDGET_PINS, no dependencies) into target, for PYTHONPATH use."""
+    """Install Colab's widget and IPython stack (colab_stack_pins, no dependencies) into target."""
     target = Path(target)
     stamp = target / ".installed"
-    wanted = "\n".join(COLAB_WIDGET_PINS)
+    pins = colab_stack_pins()
+    wanted = "\n".join(pins)
     if stamp.exists() and stamp.read_text() == wanted:
         return target
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--upgrade", "--target", str(target),
-         *COLAB_WIDGET_PINS],
+         *pins],
         check=True,
     )
     stamp.write_text(wanted)
@@ -249,7 +340,7 @@ def build_overlay(target: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: sync [--check] | overlay DIR."""
+    """Command line: sync [--check] | overlay DIR | freeze --update FILE-OR-URL --commit SHA."""
     parser = argparse.ArgumentParser(prog="python -m hwopt.course.colab", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     sync_parser = commands.add_parser("sync", help="rewrite the notebooks' setup cells and the README list")
@@ -257,9 +348,19 @@ def main(argv: list[str] | None = None) -> int:
     sync_parser.add_argument("--root", type=Path, default=ROOT, help="repository root (default: this one)")
     overlay_parser = commands.add_parser("overlay", help="install Colab's widget versions into a folder")
     overlay_parser.add_argument("target", type=Path)
+    freeze_parser = commands.add_parser("freeze", help="replace the stored Colab pip-freeze")
+    freeze_parser.add_argument("--update", required=True, metavar="FILE-OR-URL",
+                               help="Colab's published pip-freeze.txt (googlecolab/backend-info)")
+    freeze_parser.add_argument("--commit", required=True, help="the commit of backend-info it comes from")
+    freeze_parser.add_argument("--python", default="3.13", help="Colab's Python (default: 3.13)")
+    freeze_parser.add_argument("--path", type=Path, default=COLAB_FREEZE, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.command == "overlay":
-        print(f"Colab widget stack in {build_overlay(args.target)}")
+        print(f"Colab widget and IPython stack in {build_overlay(args.target)}")
+        return 0
+    if args.command == "freeze":
+        count = update_freeze(args.update, args.commit, args.python, args.path)
+        print(f"{args.path}: {count} packages from {args.update} at {args.commit}")
         return 0
     stale = sync(args.root, check=args.check)
     for path in stale:

@@ -35,3 +35,23 @@ def test_set_limits_lowers_soft_and_hard_limits_of_the_process():
             "    print(*resource.getrlimit(getattr(resource, name)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split("\n")[:4] == ["[]", f"{3 * 2**30} {3 * 2**30}", "50 50", "500 500"], out
+
+
+def test_set_limits_on_macos_skips_the_address_space_limit_and_says_so(monkeypatch):
+    resource = pytest.importorskip("resource")
+    set_before = resource.setrlimit
+
+    def macos_setrlimit(which, limits):  # what macOS answers for RLIMIT_AS
+        if which == resource.RLIMIT_AS:
+            raise ValueError("current limit exceeds maximum limit")
+        return None  # the other limits would hold; this test process keeps its own
+
+    monkeypatch.setattr(resource, "setrlimit", macos_setrlimit)
+    notes = kernel.set_limits({})
+    assert resource.setrlimit is not set_before
+    assert notes == ["RLIMIT_AS not set (current limit exceeds maximum limit)"]
+
+
+def test_set_limits_without_the_resource_module_windows_says_so(monkeypatch):
+    monkeypatch.setitem(sys.modules, "resource", None)  # `import resource` raises ImportError, as on Windows
+    assert kernel.set_limits({}) == ["no resource limits on this operating system"]

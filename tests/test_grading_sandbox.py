@@ -4,6 +4,7 @@ import asyncio
 import json
 import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,37 @@ def test_no_sandbox_stops_grading_unless_allowed(monkeypatch, course):
         assert k.run("import os\nprint(os.path.exists('../../../gradebook.db'))").strip() == "True"
     finally:
         k.close()
+
+
+def kernel_manager():
+    ksm = KernelSpecManager(kernel_dirs=[str(ROOT / "autograder" / "kernels")])
+    return sandbox.SandboxedKernelManager(kernel_name="hwopt-grader", kernel_spec_manager=ksm)
+
+
+@pytest.mark.parametrize("platform", ["darwin", "win32"])
+def test_grading_on_macos_or_windows_refuses_with_the_documented_message(monkeypatch, platform):
+    monkeypatch.setattr(sandbox.sys, "platform", platform)
+    sandbox.why_unavailable.cache_clear()
+    monkeypatch.delenv(sandbox.UNSANDBOXED_ENV, raising=False)
+    reason = f"the grading sandbox needs Linux (bubblewrap); this is {platform}"
+    try:
+        assert sandbox.why_unavailable() == reason
+        with pytest.raises(sandbox.SandboxUnavailable) as refused:
+            kernel_manager().format_kernel_cmd()
+    finally:
+        sandbox.why_unavailable.cache_clear()
+    assert str(refused.value) == (f"{reason}. To grade without a sandbox anyway (student code then runs with "
+                                  f"your rights), set {sandbox.UNSANDBOXED_ENV}=1.")
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "the grading sandbox needs Linux (bubblewrap)" in readme and sandbox.UNSANDBOXED_ENV in readme, (
+        "the README's instructors' section documents the refusal")
+
+
+def test_the_grading_kernelspec_launches_this_environments_interpreter(monkeypatch):
+    monkeypatch.setenv(sandbox.UNSANDBOXED_ENV, "1")
+    monkeypatch.setattr(sandbox, "why_unavailable", lambda: "no sandbox in this test")
+    km = kernel_manager()
+    assert km.format_kernel_cmd()[:3] == [sys.executable, "-m", "hwopt.course.grading.kernel"]
+    assert km.transport == "ipc" and km.sandboxed is False
+    monkeypatch.setattr(sandbox.sys, "platform", "win32")
+    assert kernel_manager().transport == "tcp", "Windows has no Unix sockets: unsandboxed kernels use tcp"

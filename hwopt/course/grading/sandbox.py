@@ -166,7 +166,7 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     @default("transport")
     def _transport_default(self) -> str:
-        return "ipc"
+        return "tcp" if sys.platform == "win32" else "ipc"  # Windows: no Unix sockets (unsandboxed only)
 
     run_dir: Path | None = None
     sandboxed: bool | None = None
@@ -175,7 +175,8 @@ class SandboxedKernelManager(AsyncKernelManager):
         if self.run_dir is None:  # a restart keeps its directory (and the connection file's sockets)
             self.run_dir = Path(tempfile.mkdtemp(prefix="hwopt-kernel-"))
             self.connection_file = str(self.run_dir / "connection.json")
-            self.ip = str(self.run_dir / "kernel")
+            if self.transport == "ipc":
+                self.ip = str(self.run_dir / "kernel")
         try:
             return await super()._async_pre_start_kernel(**kw)
         except BaseException:

@@ -1,9 +1,19 @@
-"""Command line: `python -m hwopt info [--probe] [--json] [--device auto|cpu|cuda|mps]`: the machine card."""
+"""Command line: `python -m hwopt info [--probe] [--json] [--device auto|cpu|cuda|mps]`: the machine card;
+`python -m hwopt lab` and `python -m hwopt test [PYTEST_ARGS]`: what `make lab` and `make test` run, in this
+environment (Windows and machines without make; the system packages are left to the Makefile's apt steps)."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import subprocess
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB_SETTINGS = Path("jupyter-config") / "labconfig" / "default_setting_overrides.json"
+COLAB_OVERLAY = ".venv-colab-overlay"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,7 +27,62 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--dtypes", default=None,
                       help="comma-separated matmul dtypes to probe, e.g. float32,int8 (default: all)")
     info.add_argument("--full", action="store_true", help="longer, steadier probe (default: quick)")
+    lab = sub.add_parser("lab", help="open the course in JupyterLab on 127.0.0.1 (as `make lab`)")
+    test = sub.add_parser("test", help="lint, then every test (as `make test`); extra arguments go to pytest")
+    for command in (lab, test):
+        command.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    test.add_argument("--no-setup", action="store_true",
+                      help="skip the setup steps (JupyterLab settings, Colab overlay): lint and pytest only")
+    test.add_argument("pytest_args", nargs=argparse.REMAINDER, help="arguments for pytest (default: none)")
     return parser
+
+
+def install_lab_settings(prefix: str | Path = sys.prefix) -> Path:
+    """Copy the course's JupyterLab defaults into the environment (as `make lab-settings`); their path."""
+    target = Path(prefix) / "etc" / "jupyter" / "labconfig" / LAB_SETTINGS.name
+    source = ROOT / LAB_SETTINGS
+    if not target.exists() or target.read_bytes() != source.read_bytes():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    return target
+
+
+def lab_command() -> list[str]:
+    """`make lab`'s JupyterLab command, with this interpreter."""
+    as_root = hasattr(os, "geteuid") and os.geteuid() == 0
+    return [sys.executable, "-m", "jupyter", "lab", "--ip=127.0.0.1", *(["--allow-root"] if as_root else []),
+            "--notebook-dir=."]
+
+
+def test_commands(pytest_args=()) -> list[list[str]]:
+    """`make test`'s commands after its setup steps: lint (ruff check .), then pytest."""
+    args = [arg for arg in pytest_args if arg != "--"]
+    return [[sys.executable, "-m", "ruff", "check", "."], [sys.executable, "-m", "pytest", *args]]
+
+
+def run_steps(commands: list[list[str]], dry_run: bool) -> int:
+    """Run commands in the repository root, stopping at the first that fails; its exit status."""
+    for command in commands:
+        print("+", subprocess.list2cmdline(command), flush=True)
+        if not dry_run:
+            code = subprocess.run(command, cwd=ROOT).returncode
+            if code:
+                return code
+    return 0
+
+
+def course_command(args) -> int:
+    """`lab` or `test`: the Makefile's steps (settings, Colab overlay, then the commands) in Python."""
+    if args.command == "lab":
+        if not args.dry_run:
+            install_lab_settings()
+        return run_steps([lab_command()], args.dry_run)
+    if not (args.no_setup or args.dry_run):
+        from hwopt.course import colab
+
+        install_lab_settings()
+        colab.build_overlay(ROOT / COLAB_OVERLAY)
+    return run_steps(test_commands(args.pytest_args), args.dry_run)
 
 
 def main(argv=None, probe_fn=None) -> int:
@@ -25,6 +90,8 @@ def main(argv=None, probe_fn=None) -> int:
     from hwopt.machine.card import machine_card
 
     args = build_parser().parse_args(argv)
+    if args.command in ("lab", "test"):
+        return course_command(args)
     dtypes = None if args.dtypes is None else [d.strip() for d in args.dtypes.split(",") if d.strip()]
     try:
         card = machine_card(probe=args.probe, device=args.device, quick=not args.full, probe_fn=probe_fn,

@@ -1,7 +1,8 @@
 """Students use the course in a real browser: JupyterLab in Chromium renders the sliders, and they work.
 
 A JupyterLab server on 127.0.0.1 (free port, known token) serves a copy of the notebooks; Playwright drives
-Debian's Chromium (`make test` installs it). Screenshots go to artifacts/browser/.
+Debian's Chromium (`make test` installs it with apt; without apt the test is skipped, saying how to enable it,
+except in CI, where it fails). Screenshots go to artifacts/browser/.
 """
 
 import json
@@ -38,11 +39,38 @@ LAB_SETTINGS = {
 }
 RUN_TIMEOUT_S = 150
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium: run `make browser-deps`"),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+HOW_TO_ENABLE = (f"the browser test needs Chromium at {CHROMIUM}: `make browser-deps` installs it where "
+                 "apt-get is (Debian, Ubuntu, WSL); elsewhere install Chromium there, then test again")
+
+
+def in_ci(environ=os.environ) -> bool:
+    """True on a CI runner (CI=true, as GitHub Actions and the course's .ci/run set it)."""
+    return environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def require_chromium(path=CHROMIUM, environ=os.environ) -> None:
+    """Skip where Chromium is missing, saying how to get it; in CI, fail instead."""
+    if Path(path).exists():
+        return
+    if in_ci(environ):
+        pytest.fail(f"{HOW_TO_ENABLE} (CI must run it)")
+    pytest.skip(HOW_TO_ENABLE)
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    require_chromium()
+    return CHROMIUM
+
+
+def test_without_chromium_the_browser_test_skips_saying_how_to_enable_it_but_fails_in_ci(tmp_path):
+    missing = tmp_path / "chromium"
+    with pytest.raises(pytest.skip.Exception, match="make browser-deps"):
+        require_chromium(missing, {})
+    with pytest.raises(pytest.fail.Exception, match="CI must run it"):
+        require_chromium(missing, {"CI": "true"})
+    assert require_chromium(Path(sys.executable), {"CI": "true"}) is None
 
 
 def first_existing(candidates, pattern):
@@ -119,7 +147,7 @@ def stop_lab(process, base, token):
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def lab(chromium, tmp_path_factory):
     """JupyterLab over a throw-away copy of the student-facing folders; the repository stays as is."""
     root = tmp_path_factory.mktemp("lab")
     for folder in ("notebooks", "release", "data"):
@@ -134,7 +162,7 @@ def lab(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(chromium):
     playwright_api = pytest.importorskip("playwright.sync_api")
     with playwright_api.sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)

@@ -1,0 +1,67 @@
+"""`python -m hwopt lab` and `python -m hwopt test`: the steps of `make lab` and `make test` in Python."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+import hwopt.__main__ as cli
+
+ROOT = cli.ROOT
+
+
+def make_recipe(target):
+    """The command lines of a Makefile target's recipe."""
+    text = (ROOT / "Makefile").read_text()
+    recipe = re.search(rf"^{target}:[^\n]*\n((?:\t[^\n]*\n)+)", text, re.M)
+    return [line.strip() for line in recipe[1].splitlines()]
+
+
+def test_test_runs_what_make_test_runs(capsys):
+    assert make_recipe("test") == ["ruff check .", "$(PY) -m pytest"]
+    assert cli.main(["test", "--dry-run"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [f"+ {subprocess.list2cmdline([sys.executable, '-m', 'ruff', 'check', '.'])}",
+                       f"+ {subprocess.list2cmdline([sys.executable, '-m', 'pytest'])}"]
+
+
+def test_test_passes_its_arguments_to_pytest():
+    lint, tests = cli.test_commands(["--", "tests/test_formats.py", "-q"])
+    assert lint[-2:] == ["check", "."]
+    assert tests == [sys.executable, "-m", "pytest", "tests/test_formats.py", "-q"]
+
+
+def test_lab_opens_jupyterlab_as_make_lab_does(capsys):
+    recipe = make_recipe("lab")
+    assert recipe == ["jupyter lab --ip=127.0.0.1 --allow-root --notebook-dir=."]
+    command = cli.lab_command()
+    assert command[:4] == [sys.executable, "-m", "jupyter", "lab"]
+    assert {"--ip=127.0.0.1", "--notebook-dir=."} <= set(command)
+    assert cli.main(["lab", "--dry-run"]) == 0
+    assert "jupyter lab --ip=127.0.0.1" in capsys.readouterr().out
+
+
+def test_lab_settings_go_into_the_environment(tmp_path):
+    target = cli.install_lab_settings(tmp_path)
+    assert target == tmp_path / "etc" / "jupyter" / "labconfig" / "default_setting_overrides.json"
+    assert target.read_bytes() == (ROOT / cli.LAB_SETTINGS).read_bytes()
+    assert cli.install_lab_settings(tmp_path) == target  # a second call finds it current
+
+
+@pytest.mark.slow
+def test_a_real_test_run_lints_and_runs_pytest_with_its_exit_status():
+    command = [sys.executable, "-m", "hwopt", "test", "--no-setup", "--", "tests/test_arguments.py", "-q",
+               "-p", "no:cacheprovider"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "All checks passed" in done.stdout and re.search(r"\d+ passed", done.stdout)
+    failing = subprocess.run([*command[:6], "tests/test_no_such_file.py"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=300)
+    assert failing.returncode != 0
+
+
+def test_info_still_prints_the_card():
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["nothing"])
+    assert cli.build_parser().parse_args(["info", "--json"]).json

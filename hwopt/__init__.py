@@ -10,7 +10,8 @@
 - experiments/ (what the lessons run): roofline_points, decode, lowbit_gemv, tiny_decoder, precision,
   classifier, fusion, ort, profiling.
 - course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox), colab, quiz (the
-  practice quiz's question bank and each student's draw from it).
+  practice quiz's question bank and each student's draw from it), notebook_outputs (notebooks are committed
+  without outputs).
 """
 
 __version__ = "0.1.0"

@@ -1,4 +1,5 @@
-"""The install files agree: environment.yml repeats pyproject.toml pins; the toolkit accepts Colab's stack."""
+"""The install files agree: environment.yml and requirements.txt repeat pyproject.toml pins; the toolkit
+accepts Colab's stack."""
 
 import tomllib
 from pathlib import Path
@@ -28,6 +29,17 @@ def pinned_in_environment_yml():
 
 def test_environment_yml_repeats_pyproject_pins():
     assert pinned_in_environment_yml() == pinned_in_pyproject()
+
+
+def pinned_in_requirements_txt():
+    lines = [line.strip() for line in (ROOT / "requirements.txt").read_text().splitlines()]
+    reqs = [Requirement(line) for line in lines if line and not line.startswith(("#", "-e"))]
+    return {r.name: str(r.specifier) for r in reqs}
+
+
+def test_requirements_txt_repeats_pyproject_pins_and_installs_the_toolkit():
+    assert pinned_in_requirements_txt() == pinned_in_pyproject()
+    assert "-e ." in (ROOT / "requirements.txt").read_text().splitlines()
 
 
 def test_environment_yml_uses_conda_forge_and_installs_the_toolkit():

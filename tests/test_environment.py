@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,9 +55,11 @@ def test_every_course_and_test_pin_is_exact():
         assert spec.startswith("==") and "," not in spec, f"{name} should be pinned exactly, got {spec!r}"
 
 
-# What Colab ships (googlecolab/backend-info, commit a724079, 2026-08-19): the toolkit must accept it as is.
-COLAB_PREINSTALLED = {"torch": "2.11.0", "numpy": "2.1.3", "matplotlib": "3.10.0", "ipywidgets": "7.7.1",
-                      "ipython": "7.34.0", "scikit-learn": "1.6.1", "psutil": "5.9.5"}
+def colab_preinstalled():
+    """What Colab ships, from its published pip-freeze stored in the repository: {name: version}."""
+    from hwopt.course import colab
+
+    return colab.colab_freeze()
 
 
 def runtime_requirements():
@@ -64,9 +67,13 @@ def runtime_requirements():
 
 
 def test_runtime_requirements_accept_colabs_preinstalled_stack():
-    runtime = runtime_requirements()
-    for name, version in COLAB_PREINSTALLED.items():
+    runtime, colab_has = runtime_requirements(), colab_preinstalled()
+    shipped = {name: colab_has[canonicalize_name(name)] for name in runtime
+               if canonicalize_name(name) in colab_has}
+    for name, version in shipped.items():
         assert Version(version) in runtime[name], f"Colab's {name} {version} must satisfy the toolkit"
+    assert {"torch", "numpy", "ipywidgets", "ipython", "scikit-learn", "psutil", "matplotlib"} <= set(shipped)
+    assert shipped["torch"].startswith("2.11") and shipped["numpy"].startswith("2.1.")
     assert Version("8.1.9") in runtime["ipywidgets"]
 
 
@@ -77,6 +84,7 @@ def test_runtime_requirements_accept_the_colab_setup_cell_and_the_course_pins():
     for pin in colab.colab_pins():  # what the Colab setup cell installs
         req = Requirement(pin)
         assert req.name in runtime, f"the toolkit imports {req.name} (the setup cell installs it): declare it"
+        assert Version(str(req.specifier).removeprefix("==")) in runtime[req.name], f"{pin}: below the floor"
     for name, spec in pinned_in_pyproject().items():  # the course and Colab pins meet the toolkit's floors
         if name in runtime:
             pinned = Version(spec.removeprefix("=="))

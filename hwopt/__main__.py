@@ -87,11 +87,11 @@ def course_command(args) -> int:
 
 def main(argv=None, probe_fn=None) -> int:
     """Run the CLI; returns the exit status (2 with a message on bad input)."""
-    from hwopt.machine.card import machine_card
-
     args = build_parser().parse_args(argv)
     if args.command in ("lab", "test"):
         return course_command(args)
+    from hwopt.machine.card import machine_card
+
     dtypes = None if args.dtypes is None else [d.strip() for d in args.dtypes.split(",") if d.strip()]
     try:
         card = machine_card(probe=args.probe, device=args.device, quick=not args.full, probe_fn=probe_fn,

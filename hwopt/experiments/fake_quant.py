@@ -27,7 +27,7 @@ _SIGNED_FLOATS = tuple(e.name for e in formats.ENCODINGS.values() if e.signed)
 
 
 def _format(fmt, block: int | None = None, name: str = "fmt") -> formats.Format:
-    f = formats.get(arguments.precision(name, fmt))
+    f = fmt if isinstance(fmt, formats.Format) else formats.get(arguments.precision(name, fmt))
     return f if block is None else f.with_block(block)
 
 

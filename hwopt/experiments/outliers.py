@@ -165,7 +165,7 @@ def w8a8_model(model: nn.Module, calibration_x: torch.Tensor, activations: str =
     arguments.one_of("activations", activations, ACTIVATION_SCALES)
     alpha = arguments.fraction("alpha", alpha, allow_zero=True)
     arguments.between("bits", bits, 2, 16, integer=True)
-    inputs = layer_inputs(model, calibration_x)
+    inputs = layer_inputs(model, _tensor("calibration_x", calibration_x))
 
     def make(name, weight, bias):
         s = smoothing_scales(inputs[name], weight, alpha) if activations == "smoothquant" \
@@ -202,7 +202,7 @@ def weight_only_model(model: nn.Module, fmt: str = "int4_g128", awq_x: torch.Ten
     (batch, features), each layer's weight is AWQ-scaled first (awq_search on its inputs)."""
     fmt = arguments.precision("fmt", fmt)
     grid = arguments.between("grid", grid, 1, 1000, integer=True)
-    inputs = layer_inputs(model, awq_x) if awq_x is not None else None
+    inputs = layer_inputs(model, _tensor("awq_x", awq_x)) if awq_x is not None else None
 
     def make(name, weight, bias):
         if inputs is None:

@@ -84,3 +84,13 @@ def test_heavy_tailed_weights_have_heavier_tails_than_a_gaussian():
     w = outliers.heavy_tailed_weights(256, 256, df=4.0)
     kurtosis = float(((w - w.mean()) ** 4).mean() / w.var() ** 2)
     assert w.std() * 16 == pytest.approx(1.0, rel=0.05) and kurtosis > 4  # a Gaussian's is 3
+
+
+def test_the_outlier_sweep_collapses_per_tensor_only(trained):
+    model, data = trained
+    curves = outliers.accuracy_vs_outliers(model, data, factors=(1, 1000), n_channels=4, calibration=128)
+    assert set(curves) == set(outliers.ACTIVATION_SCALES)
+    assert curves["per-tensor"][1000] < curves["per-tensor"][1] - 0.2
+    assert curves["smoothquant"][1000] > curves["smoothquant"][1] - 0.03
+    figure = outliers.plot_accuracy_vs_outliers(curves, reference=0.97)
+    assert len(figure.axes[0].lines) == 4

@@ -928,6 +928,11 @@ VALID: dict[str, Callable[[], Call]] = {
         "awq_search": lambda: call(outliers.awq_search, weight(), weight(), "int4_g32", 4, signed="x w"),
         "weight_only_model": lambda: call(outliers.weight_only_model, mlp(), "mxfp4", digits().x_test[:8], 3,
                                           signed="awq_x"),
+        "accuracy_vs_outliers": lambda: call(outliers.accuracy_vs_outliers, mlp(), digits(), "2", (1.0, 10.0),
+                                             2, 32),
+        "plot_accuracy_vs_outliers": lambda: call(outliers.plot_accuracy_vs_outliers,
+                                                  {"per-tensor": {1.0: 0.97, 100.0: 0.6}}, 0.98,
+                                                  zero="reference"),
     }),
     **within("experiments.profiling", {
         "Pipeline": lambda: call(profiling.Pipeline, pipeline().model, pipeline().raw, 2, 0.5,

@@ -11,6 +11,7 @@ int4: W' = Q(W * s) / s with s = mean|X_j|^alpha, alpha searched on a grid for t
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import torch
@@ -18,6 +19,7 @@ from torch import nn
 
 from hwopt import arguments
 from hwopt.experiments import fake_quant, precision
+from hwopt.experiments.classifier import Digits, accuracy
 
 ACTIVATION_SCALES = ("per-tensor", "per-channel", "smoothquant")
 _TINY = 1e-5  # floor of channel statistics, so that an all-zero channel gets a finite scale
@@ -211,3 +213,46 @@ def weight_only_model(model: nn.Module, fmt: str = "int4_g128", awq_x: torch.Ten
         return _QuantizedLinear(searched, bias, None, None, False)
 
     return _replace_linears(model, make)
+
+
+def accuracy_vs_outliers(model: nn.Module, data: Digits, layer: str = "2",
+                         factors: Iterable[float] = (1, 10, 30, 100, 300, 1000), n_channels: int = 8,
+                         calibration: int = 256) -> dict[str, dict[float, float]]:
+    """Test accuracy (0..1) of W8A8 with each activation scaling (ACTIVATION_SCALES) as outlier channels of
+    growing factor are planted at `layer`'s input; SmoothQuant calibrated on `calibration` training digits."""
+    arguments.instance("data", data, Digits)
+    factors = arguments.finite_array("factors", factors, ndim=1, minimum=1, maximum=1e6).tolist()
+    calibration = arguments.count("calibration", calibration, "batch")
+    x = data.x_train[:calibration]
+    curves: dict[str, dict[float, float]] = {mode: {} for mode in ACTIVATION_SCALES}
+    for factor in factors:
+        planted, _ = with_outlier_channels(model, layer, n_channels, factor)
+        for mode in ACTIVATION_SCALES:
+            curves[mode][factor] = accuracy(w8a8_model(planted, x, mode), data.x_test, data.y_test)
+    return curves
+
+
+def plot_accuracy_vs_outliers(curves: Mapping[str, Mapping[float, float]], reference: float | None = None,
+                              ax=None):
+    """Test accuracy (%) vs outlier factor (log), a line per activation scaling ({'per-tensor': {1: 0.9}})."""
+    from hwopt import plots
+
+    arguments.instance("curves", curves, Mapping)
+    if not curves:
+        raise ValueError("curves must map an activation scaling to {factor: accuracy}")
+    for label, by_factor in curves.items():
+        arguments.instance(f"curves[{label!r}]", by_factor, Mapping)
+        for factor, value in by_factor.items():
+            arguments.positive(f"curves[{label!r}] factor", factor)
+            arguments.fraction(f"curves[{label!r}][{factor}]", value, allow_zero=True)
+    if reference is not None:
+        arguments.fraction("reference", reference, allow_zero=True)
+    ax = plots.axes("outlier channels' factor (x the rest)", "test accuracy (%)", logx=True,
+                    title="W8A8 with outlier channels", ax=ax)
+    for k, (label, by_factor) in enumerate(curves.items()):
+        factors = sorted(by_factor)
+        ax.plot(factors, [100 * by_factor[f] for f in factors], marker="o", color=plots.color(k), label=label)
+    if reference is not None:
+        ax.axhline(100 * reference, color="k", linestyle="--", label="FP32 reference")
+    ax.set_ylim(0, 100)
+    return plots.finish(ax)

@@ -231,14 +231,18 @@ def plot_error_vs_bits(rows: list[dict], ax=None):
     arguments.instance("rows", rows, (list, tuple))
     if not rows:
         raise ValueError("rows must hold at least one row of format_errors")
-    ax = plots.axes("bits per weight (scales included)", "relative RMS error (%)", logy=True,
-                    title="Error vs storage", ax=ax)
+    points = []
     for k, row in enumerate(rows):
         arguments.instance(f"rows[{k}]", row, dict)
         bits = arguments.positive(f"rows[{k}]['bits_per_weight']", row.get("bits_per_weight"))
         error = arguments.positive(f"rows[{k}]['relative_rmse']", row.get("relative_rmse"))
-        ax.plot(bits, 100 * error, "o", color=plots.color(k))
-        ax.annotate(str(row.get("format")), (bits, 100 * error), textcoords="offset points", xytext=(5, 3))
+        points.append((bits, error, str(row.get("format"))))
+    ax = plots.axes("bits per weight (scales included)", "relative RMS error (%)", logy=True,
+                    title="Error vs storage", ax=ax, figsize=(8.4, 4.0))
+    for k, (bits, error, name) in enumerate(points):  # a legend: equal bits would overlap labels
+        ax.plot(bits, 100 * error, "osD^v"[k // 8 % 5], color=plots.color(k), linestyle="none",
+                label=f"{name}: {bits:g} bits, {error:.2%}")
+    ax.legend(frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return plots.finish(ax, legend=False)
 
 
@@ -255,11 +259,12 @@ def plot_format_error_map(w: torch.Tensor, fmt, block: int | None = None, ax=Non
     rounded = fake_quantize(values, f)
     error = np.abs(rounded - values)
     error_text = f"relative RMS error {relative_rmse(rounded, values):.2%}"
-    title = f"{f.layout}\n{f.bits_per_weight:g} bits/weight, {error_text}"
+    title = f"{f.name}: {f.layout}\n{f.bits_per_weight:g} bits/weight, {error_text}"
     ax = plots.axes("input feature (column)", "output channel (row)", title=title, ax=ax)
-    image = ax.imshow(error, aspect="auto", cmap="magma", interpolation="nearest")
+    top = float(np.percentile(error, 99.5)) or None  # a few heavy-tail errors would leave the rest black
+    image = ax.imshow(error, aspect="auto", cmap="magma", interpolation="nearest", vmin=0, vmax=top)
     ax.grid(False)
-    plt.colorbar(image, ax=ax, label="|error| (weight units)")
+    plt.colorbar(image, ax=ax, label="|error| (weight units; top 0.5 % clipped)")
     return plots.finish(ax, legend=False)
 
 
@@ -273,5 +278,5 @@ def format_explorer(w: torch.Tensor):
     return widgets.explore(
         lambda fmt, block: plot_format_error_map(w, fmt, block),
         fmt=widgets.dropdown("format", block_formats, "int4_g128"),
-        block=widgets.toggle("values per scale", groups, 32),
+        block=widgets.toggle("values per scale", groups, formats.get("int4_g128").block),
     )

@@ -8,7 +8,8 @@
 - cost/ (models of cost): roofline, costs (time and dollars per chip), batching, serving (queueing),
   footprint (memory capacity: weights + KV cache + activations).
 - experiments/ (what the lessons run): roofline_points, decode, lowbit_gemv, tiny_decoder, precision,
-  classifier, fusion, ort, profiling.
+  classifier, fusion, ort, profiling, fake_quant (any format of formats, fp8/mxfp4/nvfp4 emulated), outliers
+  (outlier channels, SmoothQuant, AWQ).
 - course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox), colab, quiz (the
   practice quiz's question bank and each student's draw from it), notebook_outputs (notebooks are committed
   without outputs).

@@ -21,7 +21,7 @@ def test_every_spelling_names_one_format(spelling, name):
 
 @pytest.mark.parametrize("name, bits", [
     ("fp32", 32), ("bf16", 16), ("int8", 8), ("int4", 4), ("int4_g32", 5), ("int4_g128", 4.125),
-    ("mxfp4", 4.25), ("nvfp4", 4.5),
+    ("mxfp4", 4.25), ("nvfp4", 4.5), ("int4_g64", 4.25),
 ])
 def test_bits_per_weight_count_the_block_scales(name, bits):
     assert formats.get(name).bits_per_weight == bits
@@ -56,6 +56,32 @@ def test_describe_states_the_layout_and_the_bytes():
         "int4_g32 (4-bit int + an fp32 scale per 32: 0.625 B/weight incl. scales)"
     assert formats.get("fp32").describe() == "fp32 (32-bit float: 4 B/weight)"
     assert formats.get("int8_g128").layout == "8-bit int + an fp32 scale per 128"
+
+
+@pytest.mark.parametrize("fmt", [f for f in formats.FORMATS.values() if f.torch_dtype and f.element])
+def test_float_encodings_agree_with_torch(fmt):
+    info, enc = torch.finfo(getattr(torch, fmt.torch_dtype)), fmt.encoding
+    assert enc.max_value == info.max and 2.0**enc.min_exponent == info.tiny
+    assert 1 + enc.exponent_bits + enc.mantissa_bits == fmt.bits == info.bits
+
+
+def test_scale_encodings_of_the_block_formats():
+    e8m0 = formats.get("mxfp4").scale_encoding
+    assert (e8m0.name, e8m0.max_value, e8m0.min_subnormal) == ("E8M0", 2.0**127, 2.0**-127)
+    assert e8m0.max_value == torch.finfo(torch.float8_e8m0fnu).max
+    assert formats.get("nvfp4").scale_encoding is formats.get("fp8_e4m3").encoding
+    assert formats.get("int4_g128").scale_encoding is formats.get("fp16").encoding
+    assert formats.get("mxfp4").encoding.max_value == 6 and formats.get("nvfp4").tensor_scale_format == "fp32"
+
+
+def test_with_block_regroups_a_block_format_only():
+    regrouped = formats.get("mxfp4").with_block(16)
+    assert regrouped.bits_per_weight == 4.5 and regrouped.scale_format == "E8M0"
+    assert formats.get("nvfp4").with_block(16) is formats.get("nvfp4")
+    with pytest.raises(ValueError, match="block: fp8_e4m3 has no block scales"):
+        formats.get("fp8_e4m3").with_block(32)
+    with pytest.raises(ValueError, match="block must be an integer"):
+        formats.get("mxfp4").with_block(0)
 
 
 # ---- each fact in one place --------------------------------------------------------------------------------

@@ -26,8 +26,9 @@ def test_export_writes_one_self_contained_file_with_dynamic_batch(exported):
     assert hort.file_size_bytes(path) == path.stat().st_size
     assert hort.node_counts(path) == {"Gemm": 3, "Relu": 2}
     x = torch.randn(5, 64)
-    out = hort.Predictor(hort.make_session(path, threads=1))(x)
-    assert out.shape == (5, 10)
+    predictor = hort.Predictor(hort.make_session(path, threads=1))
+    out = predictor(x)
+    assert out.shape == (5, 10) and predictor.device == "cpu"
     np.testing.assert_allclose(out, model(x).detach().numpy(), atol=1e-4)  # eager FP32 is the oracle
 
 
@@ -257,3 +258,27 @@ def test_the_toolkit_uses_onnxruntimes_public_api_only():
     root = Path(__file__).resolve().parents[1] / "hwopt"
     private = [p.relative_to(root).as_posix() for p in root.rglob("*.py") if "_pybind_state" in p.read_text()]
     assert not private, f"onnxruntime.capi._pybind_state is private (use onnxruntime.quantization): {private}"
+
+
+class _SessionOn:
+    """A stand-in for an InferenceSession that reports the given providers."""
+
+    def __init__(self, *providers):
+        self.providers = list(providers)
+
+    def run(self, *args):
+        raise AssertionError("not run")
+
+    def get_inputs(self):
+        return []
+
+    def get_providers(self):
+        return self.providers
+
+
+def test_runs_on_labels_cpu_sessions_on_a_gpu_runtime_as_cpu():
+    assert hort.runs_on(_SessionOn("CUDAExecutionProvider", "CPUExecutionProvider")) == "cuda"
+    assert hort.runs_on(_SessionOn("TensorrtExecutionProvider", "CUDAExecutionProvider")) == "cuda"
+    assert hort.runs_on(_SessionOn("CPUExecutionProvider")) == "cpu"  # Colab's GPU runtime: CPU-only ORT
+    with pytest.raises(ValueError, match="session"):
+        hort.runs_on(object())

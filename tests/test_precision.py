@@ -215,8 +215,18 @@ def test_compare_variants_and_table(trained):
     )
     assert [r["variant"] for r in rows] == ["fp32", "int2"]
     assert rows[0]["agreement"] == 1.0 and rows[0]["latency"].median_s > 0 and rows[1]["latency"] is None
+    assert [r["runs_on"] for r in rows] == ["cpu", "cpu"]
     table = precision.format_variants(rows)
-    assert "fp32" in table and "4.0" in table and table.count("\n") == 2
+    assert "fp32" in table and "4.0" in table and "runs on" in table and table.count("\n") == 2
+
+
+def test_runs_on_names_where_each_variant_computes():
+    class OnCuda:
+        device = "cuda"
+
+    assert precision.runs_on(torch.nn.Linear(2, 2)) == "cpu"
+    assert precision.runs_on(OnCuda()) == "cuda"
+    assert precision.runs_on(torch.nn.ReLU()) == precision.runs_on(lambda x: x) == "-"
 
 
 @pytest.mark.parametrize(

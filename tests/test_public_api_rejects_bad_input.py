@@ -821,6 +821,7 @@ VALID: dict[str, Callable[[], Call]] = {
                                      device="cpu", providers=["CPUExecutionProvider"]),
         "run": lambda: call(ort.run, session(), np.ones((2, 4), dtype=np.float32)),
         "Predictor": lambda: call(ort.Predictor, session()),
+        "runs_on": lambda: call(ort.runs_on, session()),
         "optimized_graph": lambda: call(ort.optimized_graph, onnx_path(), "extended", threads=1),
         "node_counts": lambda: call(ort.node_counts, onnx_path()),
         "new_node_types": lambda: call(ort.new_node_types, ort.node_counts(onnx_path()),
@@ -1029,6 +1030,8 @@ EXCLUDED: dict[str, str] = {
     "formats.Format": "the vocabulary of formats (hwopt/formats.py, tests/test_formats.py), not user input",
     "formats.Encoding": "the float encodings of formats (hwopt/formats.py, tests/test_fake_quant.py)",
     "experiments.fake_quant.BlockQuantized": "a result of fake_quant.quantize_blocks",
+    "experiments.precision.runs_on": "takes any predictor and answers '-' for what it cannot place "
+                                      "(tests/test_precision.py)",
     "formats.get": "the format checker itself (tests/test_formats.py): it names the argument it is told",
     "formats.bytes_per_weight": "formats.get under another name (tests/test_formats.py)",
     "formats.torch_dtype": "formats.get with a torch dtype's name (tests/test_formats.py): it names the "

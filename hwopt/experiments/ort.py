@@ -294,6 +294,15 @@ def _check_session(session) -> None:
         raise ValueError(f"session must be an onnxruntime.InferenceSession; got {type(session).__name__}")
 
 
+def runs_on(session) -> str:
+    """'cuda' when the session's first execution provider is CUDA's or TensorRT's, else 'cpu'.
+
+    A GPU runtime whose onnxruntime has no CUDA provider (Colab's) runs ORT sessions on the CPU: say so."""
+    _check_session(session)
+    first = session.get_providers()[0]
+    return "cuda" if first in TENSORRT_PROVIDERS else "cpu"
+
+
 class Predictor:
     """Call an ORT session like a torch module: torch or numpy (batch, ...) in, numpy logits out."""
 
@@ -301,6 +310,7 @@ class Predictor:
         _check_session(session)
         self.session = session
         self.input_name = session.get_inputs()[0].name
+        self.device = runs_on(session)
 
     def __call__(self, x) -> np.ndarray:
         if hasattr(x, "detach"):

@@ -360,6 +360,7 @@ def compare_variants(
     return [
         {
             "variant": name,
+            "runs_on": runs_on(fn),
             "size_bytes": sizes_bytes.get(name),
             "latency": measured.get(name),
             "accuracy": accuracy(fn, data.x_test, data.y_test),
@@ -369,18 +370,30 @@ def compare_variants(
     ]
 
 
+def runs_on(predictor) -> str:
+    """The device a predictor computes on: an ORT Predictor's, a module's first parameter's, else '-'."""
+    if isinstance(getattr(predictor, "device", None), str):
+        return predictor.device
+    if isinstance(predictor, torch.nn.Module):
+        parameter = next(predictor.parameters(), None)
+        return "-" if parameter is None else parameter.device.type
+    return "-"
+
+
 def format_variants(rows: list[dict]) -> str:
-    """The compare_variants rows as an aligned text table (kB, ms per batch with IQR, %)."""
+    """The compare_variants rows as an aligned text table (device, kB, ms per batch with IQR, %)."""
     arguments.instance("rows", rows, (list, tuple))
     for i, row in enumerate(rows):
         arguments.instance(f"rows[{i}]", row, dict)
-    lines = [f"{'variant':<28}{'size (kB)':>10}{'ms/batch':>10}{'IQR':>8}{'accuracy':>10}{'agrees':>8}"]
+    lines = [f"{'variant':<30}{'runs on':>8}{'size (kB)':>10}{'ms/batch':>10}{'IQR':>8}"
+             f"{'accuracy':>10}{'agrees':>8}"]
     for r in rows:
         size = f"{r['size_bytes'] / 1e3:.1f}" if r["size_bytes"] else "-"
         m = r["latency"]
         ms, iqr = (f"{m.median_ms:.2f}", f"{m.iqr_ms:.2f}") if m else ("-", "-")
         lines.append(
-            f"{r['variant']:<28}{size:>10}{ms:>10}{iqr:>8}{r['accuracy']:>10.1%}{r['agreement']:>8.1%}"
+            f"{r['variant']:<30}{r.get('runs_on', '-'):>8}{size:>10}{ms:>10}{iqr:>8}"
+            f"{r['accuracy']:>10.1%}{r['agreement']:>8.1%}"
         )
     return "\n".join(lines)
 

@@ -85,12 +85,10 @@ class PhaseTimes:
     precision: str
 
 
-def measure_phases(model: tiny_decoder.TinyDecoder, prompt_lens=(8, 32, 128, 384), device="cpu",
-                   repeats: int = 5) -> PhaseTimes:
-    """TTFT (prefill + first token) and a decode step after it, for each prompt length, all interleaved."""
+def phase_steps(model: tiny_decoder.TinyDecoder, prompt_lens=(8, 32, 128, 256), device="cpu") -> dict:
+    """Zero-argument callables {'prefill P': TTFT of a P-token prompt, 'decode P': the next decode step}."""
     device = _check_model(model, device)
     lens = _lengths("prompt_lens", prompt_lens, model)
-    repeats = arguments.count("repeats", repeats, "repeats")
     fns = {}
     with torch.inference_mode():
         for p in lens:
@@ -107,7 +105,16 @@ def measure_phases(model: tiny_decoder.TinyDecoder, prompt_lens=(8, 32, 128, 384
                     return model(first, caches, start=p)[0].argmax(-1)
 
             fns[f"prefill {p}"], fns[f"decode {p}"] = prefill, step
-    res = bench.compare(fns, device=device, warmup=1, repeats=repeats, number=1)
+    return fns
+
+
+def measure_phases(model: tiny_decoder.TinyDecoder, prompt_lens=(8, 32, 128, 256), device="cpu",
+                   repeats: int = 5) -> PhaseTimes:
+    """TTFT (prefill + first token) and a decode step after it, for each prompt length, all interleaved."""
+    fns = phase_steps(model, prompt_lens, device)
+    lens = [int(p) for p in prompt_lens]
+    repeats = arguments.count("repeats", repeats, "repeats")
+    res = bench.compare(fns, device=bench.resolve_device(device), warmup=1, repeats=repeats, number=1)
     return PhaseTimes(tuple(lens), tuple(res[f"prefill {p}"] for p in lens),
                       tuple(res[f"decode {p}"] for p in lens), shape_of(model), model_format(model))
 
@@ -149,6 +156,10 @@ def phase_report(times: PhaseTimes, peak_flops: float, bandwidth_gbs: float) -> 
                  f"The roofline's ridge here is {ridge:,.1f} FLOP/byte: this prefill is "
                  f"{pre.bound(peak_flops, bandwidth_gbs)}-bound ({pre.intensity:,.0f} FLOP/byte), the decode "
                  f"step {dec.bound(peak_flops, bandwidth_gbs)}-bound ({dec.intensity:.2f} FLOP/byte).")
+    grew = times.tpot[-1].median_s / times.tpot[0].median_s
+    lines.append(f"From a {times.prompt_lens[0]}- to a {p}-token prompt, the roofline's decode step grows "
+                 f"{predicted['decode'][-1] / predicted['decode'][0]:.2f}x (the weights are most of what it "
+                 f"reads), the measured one {grew:.2f}x.")
     return "\n".join(lines)
 
 
@@ -195,13 +206,9 @@ class ContextSweep:
     kv_bytes: tuple[int, ...]  # KV cache of the whole batch at each context (one copy)
     kv_passes: int  # times the implementation moves the cache per step (kv_passes_per_step)
 
-    def moved_bytes(self, i: int) -> float:
-        """Bytes step i moves: weights + kv_passes x its KV cache."""
-        return self.weight_bytes + self.kv_passes * self.kv_bytes[i]
-
     def predicted_slowdowns(self) -> list[float]:
         """If a step's time is proportional to the bytes it moves: time(context) / time(first context)."""
-        return [self.moved_bytes(i) / self.moved_bytes(0) for i in range(len(self.contexts))]
+        return _slowdowns(self.weight_bytes, self.kv_bytes, self.kv_passes)
 
     def measured_slowdowns(self) -> list[float]:
         """Measured median step time / the first context's."""
@@ -212,14 +219,28 @@ class ContextSweep:
         return self.predicted_slowdowns()[-1] / self.measured_slowdowns()[-1]
 
 
-def decode_vs_context(model: tiny_decoder.TinyDecoder, contexts=(16, 128, 256, 448), batch_size: int = 16,
-                      device="cpu", repeats: int = 5) -> ContextSweep:
-    """Time one decode step of batch_size sequences at each context, interleaved. The cache is the model's
-    own, from a real prefill of one prompt of the longest context, repeated over the batch."""
+def _slowdowns(weight_bytes: int, kv_bytes, kv_passes: int) -> list[float]:
+    moved = [weight_bytes + kv_passes * kv for kv in kv_bytes]  # bytes a step moves: weights + passes x KV
+    return [m / moved[0] for m in moved]
+
+
+def predicted_slowdowns(model: tiny_decoder.TinyDecoder, contexts=(16, 448), batch_size: int = 16,
+                        device="cpu") -> list[float]:
+    """Decode-step time at each context / at the first, if time is proportional to the bytes a step moves."""
     device = _check_model(model, device)
     lens = _lengths("contexts", contexts, model)
     batch_size = arguments.count("batch_size", batch_size, "batch")
-    repeats = arguments.count("repeats", repeats, "repeats")
+    kv = [batch_size * tiny_decoder.kv_bytes_read(model, c) for c in lens]
+    return _slowdowns(tiny_decoder.weight_bytes_per_token(model), kv, kv_passes_per_step(model, device))
+
+
+def context_steps(model: tiny_decoder.TinyDecoder, contexts=(16, 128, 256, 448), batch_size: int = 16,
+                  device="cpu") -> dict:
+    """Zero-argument callables {context: one decode step of batch_size sequences at that context}. The cache
+    is the model's own, from a real prefill of one prompt of the longest context, repeated over the batch."""
+    device = _check_model(model, device)
+    lens = _lengths("contexts", contexts, model)
+    batch_size = arguments.count("batch_size", batch_size, "batch")
     with torch.inference_mode():
         _, caches = model(_prompt(model, 1, max(lens), device))
         full = [tuple(t.expand(batch_size, *t.shape[1:]).contiguous() for t in pair) for pair in caches]
@@ -233,6 +254,16 @@ def decode_vs_context(model: tiny_decoder.TinyDecoder, contexts=(16, 128, 256, 4
                 return model(token, cache, start=c)[0].argmax(-1)
 
         fns[c] = step
+    return fns
+
+
+def decode_vs_context(model: tiny_decoder.TinyDecoder, contexts=(16, 128, 256, 448), batch_size: int = 16,
+                      device="cpu", repeats: int = 5) -> ContextSweep:
+    """Time one decode step of batch_size sequences at each context (context_steps), interleaved."""
+    fns = context_steps(model, contexts, batch_size, device)
+    lens = list(fns)
+    device = bench.resolve_device(device)
+    repeats = arguments.count("repeats", repeats, "repeats")
     res = bench.compare(fns, device=device, warmup=1, repeats=repeats, number=1)
     return ContextSweep(tuple(lens), batch_size, tuple(res[c] for c in lens),
                         tiny_decoder.weight_bytes_per_token(model),
@@ -255,12 +286,13 @@ def context_report(sweep: ContextSweep, bandwidth_gbs: float) -> str:
                      f"{step_s * 1e3:>9,.2f}{bound_s * 1e3:>10,.2f}{sweep.batch_size / step_s:>10,.0f}"
                      f"{sweep.batch_size / bound_s:>12,.0f}{pred[i]:>14.2f}{meas[i]:>7.2f}")
     copy = ("this decoder appends to its cache by copying it (torch.cat): a step moves the cache 3 times"
-            if sweep.kv_passes == 3 else "this decoder writes new K/V in place: each step reads the cache once")
+            if sweep.kv_passes == 3 else "this decoder writes new K/V in place: a step reads the cache once")
     ratio = sweep.slowdown_ratio()
     verdict = ("time grows with the bytes moved, as the memory-bound model predicts" if 0.7 <= ratio <= 1.3
                else
                "time grows less than the bytes: the step has costs that do not grow with the cache (compute, "
-               "framework calls), or the cache is partly served from a CPU cache" if ratio > 1.3 else
+               "framework calls), part of the cache is served from a CPU cache, or other programs shared "
+               "the machine while it ran" if ratio > 1.3 else
                "time grows more than the bytes: moving the cache costs more than streaming the weights here "
                "(fresh memory for each copy, attention kernels that do not reach full bandwidth)")
     lines.append(f"{copy}; predicted / measured slowdown at {sweep.contexts[-1]} tokens: {ratio:.2f}: "

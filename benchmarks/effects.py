@@ -189,8 +189,8 @@ def setup_phases(quick: bool) -> Setup:
     fns = prefill_decode.phase_steps(tiny_decoder.make_tiny_decoder(), (prompt,))
     (name, goal), = PHASES
     note = (f"hwopt.experiments.prefill_decode.phase_steps(make_tiny_decoder(), ({prompt},)): time per token "
-            f"of the prefill (TTFT / {prompt}) vs a decode step at that context; both do ~2 FLOP per weight per "
-            f"token, so this is the ratio of their FLOP/s, which their intensities allow")
+            f"of the prefill (TTFT / {prompt}) vs a decode step at that context; both do ~2 FLOP per weight "
+            f"per token, so this is the ratio of their FLOP/s, which their intensities allow")
     return Setup({"decode step": fns[f"decode {prompt}"], "prefill": fns[f"prefill {prompt}"]},
                  [Comparison(name, goal, ["decode step"], ["prefill"], note)], items={"prefill": prompt})
 
@@ -208,8 +208,8 @@ def setup_kv_bound(quick: bool) -> Setup:
     predicted = prefill_decode.predicted_slowdowns(model, contexts, batch)[-1]
     (name, goal), = KV_BOUND
     note = (f"hwopt.experiments.prefill_decode.context_steps(make_tiny_decoder(), {contexts}, batch "
-            f"{batch}): step time at {contexts[-1]} / at {contexts[0]} tokens of context vs bytes moved (weights + KV "
-            f"passes, prefill_decode.predicted_slowdowns)")
+            f"{batch}): step time at {contexts[-1]} / at {contexts[0]} tokens of context vs bytes moved "
+            f"(weights + KV passes, prefill_decode.predicted_slowdowns)")
     return Setup({f"context {c}": fns[c] for c in contexts},
                  [Comparison(name, goal, [f"context {contexts[-1]}"], [f"context {contexts[0]}"], note,
                              predicted=predicted)])

@@ -123,7 +123,8 @@ def paging_explorer(kv_bytes_per_token: float, mean_tokens: float = 300.0, n_req
     kv_bytes_per_token = arguments.positive("kv_bytes_per_token", kv_bytes_per_token,
                                             maximum=arguments.LIMITS["bytes"])
     arguments.count("n_requests", n_requests, "items")
-    arguments.positive("mean_tokens", mean_tokens)
+    arguments.between("mean_tokens", mean_tokens, 1, arguments.LIMITS["tokens"])
+    arguments.count("seed", seed, "seed", minimum=0)
 
     def show(block_size, max_len, memory_gb):
         lengths = request_lengths(n_requests, mean_tokens, max_len, seed)

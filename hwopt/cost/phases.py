@@ -28,7 +28,7 @@ def matmul_params(shape: footprint.ModelShape) -> int:
 
 def kv_bytes_per_token(shape: footprint.ModelShape, kv_precision: str = "fp16") -> float:
     """Bytes of K and V one token of context adds to the cache, all layers (footprint.kv_cache_bytes)."""
-    return footprint.kv_cache_bytes(shape, 1, 1, kv_precision)
+    return footprint.kv_cache_bytes(shape, 1, 1, formats.get(kv_precision, argument="kv_precision").name)
 
 
 @dataclass(frozen=True)
@@ -124,11 +124,13 @@ def kv_report(shape: footprint.ModelShape, kv_precision: str = "fp16", batch_siz
     arguments.instance("batch_sizes", batch_sizes, (list, tuple))
     if not batch_sizes:
         raise ValueError("batch_sizes must hold at least one batch size")
+    batch_sizes = [arguments.count(f"batch_sizes[{i}]", b, "batch") for i, b in enumerate(batch_sizes)]
     fmt = formats.get(kv_precision, argument="kv_precision")
     crossovers = ", ".join(f"{kv_crossover_context(shape, b, fmt.name, fmt.name):,} at batch {b}"
                            for b in batch_sizes)
     return (f"{shape.name}: {shape.n_kv_heads} KV heads x {shape.head_dim} x {shape.n_layers} layers x 2 "
-            f"(K, V) x {fmt.bytes_per_weight:g} B = {kv_bytes_per_token(shape, fmt.name) / 1024:,.0f} KB per token; "
+            f"(K, V) x {fmt.bytes_per_weight:g} B = {kv_bytes_per_token(shape, fmt.name) / 1024:,.0f} KB "
+            f"per token; "
             f"{fmt.name} KV reads pass the {fmt.name} weights from {crossovers} tokens of context")
 
 

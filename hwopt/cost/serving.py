@@ -251,6 +251,8 @@ def mixed_requests(n_requests: int, arrival_rate_per_s: float, short_prompt: int
     short_prompt = arguments.count("short_prompt", short_prompt, "tokens")
     long_prompt = arguments.count("long_prompt", long_prompt, "tokens")
     long_fraction = arguments.fraction("long_fraction", long_fraction, allow_zero=True)
+    mean_output_tokens = arguments.between("mean_output_tokens", mean_output_tokens, 1,
+                                           arguments.LIMITS["tokens"])
     arrive = arrivals_ms(arrival_rate_per_s, n_requests, seed)
     is_long = np.random.default_rng(seed + 1).random(len(arrive)) < long_fraction
     prompts = np.where(is_long, long_prompt, short_prompt)

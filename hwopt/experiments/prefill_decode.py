@@ -45,18 +45,26 @@ def kv_cache_nbytes(caches) -> int:
     return sum(t.nbytes for pair in caches for t in pair)
 
 
-def _prompt(model, batch_size: int, prompt_len: int, device: str, seed: int = 0) -> torch.Tensor:
+def _prompt(model, batch_size: int, prompt_len: int, seed: int = 0) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, model.tok.num_embeddings, (batch_size, prompt_len), generator=generator)
-    return tokens.to(device)
+    return tokens.to(_weights_on(model))
+
+
+def _weights_on(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _device_kind(model) -> str:
+    """'cpu', 'cuda' or 'mps': where the model's weights are."""
+    return _weights_on(model).type
 
 
 def _check_model(model, device) -> str:
     arguments.instance("model", model, tiny_decoder.TinyDecoder)
     device = bench.resolve_device(device)
-    if next(model.parameters()).device.type != device.split(":")[0]:
-        raise ValueError(f"device must be where the model is ({next(model.parameters()).device}); got "
-                         f"{device!r}")
+    if _device_kind(model) != device.split(":")[0]:
+        raise ValueError(f"device must be where the model is ({_weights_on(model)}); got {device!r}")
     return device
 
 
@@ -92,7 +100,7 @@ def phase_steps(model: tiny_decoder.TinyDecoder, prompt_lens=(8, 32, 128, 256), 
     fns = {}
     with torch.inference_mode():
         for p in lens:
-            prompt = _prompt(model, 1, p, device)
+            prompt = _prompt(model, 1, p)
             logits, caches = model(prompt)
             first = logits[:, -1:].argmax(-1)
 
@@ -111,9 +119,9 @@ def phase_steps(model: tiny_decoder.TinyDecoder, prompt_lens=(8, 32, 128, 256), 
 def measure_phases(model: tiny_decoder.TinyDecoder, prompt_lens=(8, 32, 128, 256), device="cpu",
                    repeats: int = 5) -> PhaseTimes:
     """TTFT (prefill + first token) and a decode step after it, for each prompt length, all interleaved."""
+    repeats = arguments.count("repeats", repeats, "repeats")
     fns = phase_steps(model, prompt_lens, device)
     lens = [int(p) for p in prompt_lens]
-    repeats = arguments.count("repeats", repeats, "repeats")
     res = bench.compare(fns, device=bench.resolve_device(device), warmup=1, repeats=repeats, number=1)
     return PhaseTimes(tuple(lens), tuple(res[f"prefill {p}"] for p in lens),
                       tuple(res[f"decode {p}"] for p in lens), shape_of(model), model_format(model))
@@ -190,8 +198,8 @@ def kv_passes_per_step(model: tiny_decoder.TinyDecoder, device="cpu") -> int:
     """Times a decode step moves the cache: 3 when it appends by copying (read + write of the copy, then
     attention reads it), 1 when it writes the new token into the cache in place (attention's read only)."""
     device = _check_model(model, device)
-    _, caches = model(_prompt(model, 1, 2, device))
-    _, grown = model(torch.zeros(1, 1, dtype=torch.long, device=device), caches, start=2)
+    _, caches = model(_prompt(model, 1, 2))
+    _, grown = model(torch.zeros(1, 1, dtype=torch.long, device=_weights_on(model)), caches, start=2)
     return 1 if grown[0][0].data_ptr() == caches[0][0].data_ptr() else 3
 
 
@@ -242,9 +250,9 @@ def context_steps(model: tiny_decoder.TinyDecoder, contexts=(16, 128, 256, 448),
     lens = _lengths("contexts", contexts, model)
     batch_size = arguments.count("batch_size", batch_size, "batch")
     with torch.inference_mode():
-        _, caches = model(_prompt(model, 1, max(lens), device))
+        _, caches = model(_prompt(model, 1, max(lens)))
         full = [tuple(t.expand(batch_size, *t.shape[1:]).contiguous() for t in pair) for pair in caches]
-    token = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
+    token = torch.zeros(batch_size, 1, dtype=torch.long, device=_weights_on(model))
     fns = {}
     for c in lens:
         cache = [tuple(t[:, :, :c] for t in pair) for pair in full]
@@ -260,10 +268,10 @@ def context_steps(model: tiny_decoder.TinyDecoder, contexts=(16, 128, 256, 448),
 def decode_vs_context(model: tiny_decoder.TinyDecoder, contexts=(16, 128, 256, 448), batch_size: int = 16,
                       device="cpu", repeats: int = 5) -> ContextSweep:
     """Time one decode step of batch_size sequences at each context (context_steps), interleaved."""
+    repeats = arguments.count("repeats", repeats, "repeats")
     fns = context_steps(model, contexts, batch_size, device)
     lens = list(fns)
     device = bench.resolve_device(device)
-    repeats = arguments.count("repeats", repeats, "repeats")
     res = bench.compare(fns, device=device, warmup=1, repeats=repeats, number=1)
     return ContextSweep(tuple(lens), batch_size, tuple(res[c] for c in lens),
                         tiny_decoder.weight_bytes_per_token(model),
@@ -327,6 +335,7 @@ def quantize_kv(tensor: torch.Tensor, kv_format: str) -> torch.Tensor:
     if not tensor.is_floating_point() or tensor.dim() < 1:
         raise ValueError(f"tensor must be a floating-point tensor (..., head_dim); got {tensor.dtype}, "
                          f"shape {tuple(tensor.shape)}")
+    arguments.finite_array("tensor", tensor)
     fmt = formats.get(arguments.precision("kv_format", kv_format, KV_FORMATS), argument="kv_format")
     rows = tensor.reshape(-1, tensor.shape[-1]).float()
     if fmt.kind == "int":
@@ -354,14 +363,19 @@ def kv_quantization_error(model: tiny_decoder.TinyDecoder, prompt_len: int = 128
     """Store the model's real K/V cache in each format and decode `steps` tokens on the full-precision path's
     tokens: per format its bytes per token, relative RMS error of K/V and of the logits, top-1 agreement."""
     device = _check_model(model, device)
-    prompt_len = _lengths("prompt_len", [prompt_len], model, room=steps)[0]
+    steps = arguments.count("steps", steps, "tokens")
+    if steps >= model.max_len:
+        raise ValueError(f"steps must be below the model's max_len ({model.max_len}); got {steps}")
+    prompt_len = arguments.count("prompt_len", prompt_len, "tokens")
+    if prompt_len + steps > model.max_len:
+        raise ValueError(f"prompt_len must be at most {model.max_len - steps} for {steps} steps (the model's "
+                         f"max_len is {model.max_len}); got {prompt_len}")
     arguments.instance("kv_formats", kv_formats, (list, tuple))
     names = [arguments.precision(f"kv_formats[{i}]", f, KV_FORMATS) for i, f in enumerate(kv_formats)]
     if not names:
         raise ValueError("kv_formats must name at least one format")
-    steps = arguments.count("steps", steps, "tokens")
     seed = arguments.count("seed", seed, "seed", minimum=0)
-    logits, caches = model(_prompt(model, 1, prompt_len, device, seed))
+    logits, caches = model(_prompt(model, 1, prompt_len, seed))
     tokens, reference = [], []
     ref_caches = caches
     for i in range(steps):
@@ -424,7 +438,7 @@ def lesson_summary(times: PhaseTimes, sweep: ContextSweep, kv_rows: list[dict], 
 
     arguments.instance("times", times, PhaseTimes)
     arguments.instance("sweep", sweep, ContextSweep)
-    kv_format_table(kv_rows)  # checks the rows
+    arguments.named("kv_rows", kv_format_table, kv_rows)  # checks the rows
     arguments.instance("runs", runs, dict)
     if len(runs) != 2 or not all(isinstance(s, serving.PhaseLatencyStats) for s in runs.values()):
         raise ValueError("runs must be {label: PhaseLatencyStats} of two runs: whole prompts, then chunked")

@@ -147,7 +147,7 @@ def test_mixed_requests_and_the_explorer():
     box = sv.chunked_prefill_explorer(1.0, 0.2, 0.05, requests, max_batch_size=8)
     box.controls["chunk_tokens"].value = 64
     fig = sv.plot_phase_latencies({"a": sv.simulate_chunked_prefill(*requests, 8, 1.0, 0.2, 0.05)})
-    assert fig.axes[0].get_ylabel() == "ms"
+    assert fig.axes[0].get_ylabel() == "time (ms)"
 
 
 def test_chunked_prefill_rejects_bad_input():

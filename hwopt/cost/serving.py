@@ -352,7 +352,7 @@ def plot_phase_latencies(runs: dict, ax=None):
     arguments.instance("runs", runs, dict)
     if not runs or not all(isinstance(s, PhaseLatencyStats) for s in runs.values()):
         raise ValueError("runs must be a non-empty {label: PhaseLatencyStats}")
-    ax = plots.axes("percentile", "ms", logy=True, ax=ax)
+    ax = plots.axes("percentile", "time (ms)", logy=True, ax=ax)
     qs = (50, 90, 99, 99.9)
     for i, (label, stats) in enumerate(runs.items()):
         for which, style in (("ttft", "-"), ("tpot", "--")):

@@ -445,7 +445,7 @@ def lesson_summary(times: PhaseTimes, sweep: ContextSweep, kv_rows: list[dict], 
     p = times.prompt_lens[-1]
     per_token = times.tpot[-1].median_s / (times.ttft[-1].median_s / p)
     (whole_label, whole), (chunk_label, chunked) = runs.items()
-    best = min(kv_rows, key=lambda r: r["kv_bytes_per_token"])
+    best = min(kv_rows, key=lambda r: (r["kv_bytes_per_token"], r["logit_relative_rmse"]))
     return "\n".join([
         f"- A prefill of {p} tokens cost {times.ttft[-1].median_ms:,.1f} ms, {per_token:,.1f}x less per "
         f"token than a decode step ({times.tpot[-1].median_ms:,.2f} ms): the prompt reuses each weight "

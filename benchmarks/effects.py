@@ -24,10 +24,11 @@ class Comparison:
     """One report row: the fastest of `candidates` vs the fastest of `baselines` (labels of Setup.fns)."""
 
     name: str
-    goal: float | None
+    goal: float | tuple[float, float] | None  # a lower bound, or a band (low, high) for predicted / measured
     baselines: list[str]
     candidates: list[str]
     note: str = ""
+    predicted: float | None = None  # set: the row is predicted / measured (baseline / candidate) instead
 
 
 @dataclass
@@ -65,6 +66,10 @@ BATCHING = [("best batched throughput / batch 1", 10.0)]
 ORT = [("ORT / torch eager at batch 1", None)]
 FUSION = [("fused / unfused elementwise chain", 2.0)]
 PROFILING = [("profiling lesson's fix / slow pipeline", 2.0)]
+# A prefill reuses each weight for every prompt token, a decode step for one: per token, the prefill should
+# run at least 10x the decode step's FLOP/s on any machine whose ridge point is above ~5 FLOP/byte.
+PHASES = [("prefill / decode-step arithmetic intensity", 10.0)]
+KV_BOUND = [("KV-bound decode slowdown predicted / measured", (0.7, 1.3))]
 
 
 def setup_decode(quick: bool) -> Setup:
@@ -176,12 +181,48 @@ def setup_profiling(quick: bool) -> Setup:
                  [Comparison(name, goal, ["slow pipeline"], ["fixed pipeline"], note)])
 
 
-EFFECTS: list[tuple[Callable[[bool], Setup], list[tuple[str, float | None]]]] = [
+def setup_phases(quick: bool) -> Setup:
+    """Lesson 8: tokens/s of a prefill of 256 tokens vs a decode step after it (the tiny decoder, batch 1)."""
+    prefill_decode = need("experiments.prefill_decode", "phase_steps")
+    tiny_decoder = need("experiments.tiny_decoder", "make_tiny_decoder")
+    prompt = 256
+    fns = prefill_decode.phase_steps(tiny_decoder.make_tiny_decoder(), (prompt,))
+    (name, goal), = PHASES
+    note = (f"hwopt.experiments.prefill_decode.phase_steps(make_tiny_decoder(), ({prompt},)): time per token "
+            f"of the prefill (TTFT / {prompt}) vs a decode step at that context; both do ~2 FLOP per weight "
+            f"per token, so this is the ratio of their FLOP/s, which their intensities allow")
+    return Setup({"decode step": fns[f"decode {prompt}"], "prefill": fns[f"prefill {prompt}"]},
+                 [Comparison(name, goal, ["decode step"], ["prefill"], note)], items={"prefill": prompt})
+
+
+def setup_kv_bound(quick: bool) -> Setup:
+    """Lesson 8: a decode step at 448 vs 16 tokens of context, batch sized for KV = weights at 448, against
+    the slowdown predicted from the bytes moved."""
+    prefill_decode = need("experiments.prefill_decode", "context_steps", "predicted_slowdowns",
+                          "batch_for_kv_share")
+    tiny_decoder = need("experiments.tiny_decoder", "make_tiny_decoder")
+    model = tiny_decoder.make_tiny_decoder()
+    contexts = (16, 448)
+    batch = prefill_decode.batch_for_kv_share(model, contexts[-1])
+    fns = prefill_decode.context_steps(model, contexts, batch)
+    predicted = prefill_decode.predicted_slowdowns(model, contexts, batch)[-1]
+    (name, goal), = KV_BOUND
+    note = (f"hwopt.experiments.prefill_decode.context_steps(make_tiny_decoder(), {contexts}, batch "
+            f"{batch}): step time at {contexts[-1]} / at {contexts[0]} tokens of context vs bytes moved "
+            f"(weights + KV passes, prefill_decode.predicted_slowdowns)")
+    return Setup({f"context {c}": fns[c] for c in contexts},
+                 [Comparison(name, goal, [f"context {contexts[-1]}"], [f"context {contexts[0]}"], note,
+                             predicted=predicted)])
+
+
+EFFECTS: list[tuple[Callable[[bool], Setup], list[tuple[str, float | tuple[float, float] | None]]]] = [
     (setup_decode, DECODE),
     (setup_batching, BATCHING),
     (setup_fusion, FUSION),
     (setup_profiling, PROFILING),
     (setup_ort, ORT),
+    (setup_phases, PHASES),
+    (setup_kv_bound, KV_BOUND),
 ]
 
 
@@ -207,7 +248,11 @@ def run_setup(setup: Setup, *, repeats: int) -> list[dict]:
         best = min(c.candidates, key=lambda k: res[k].median_s)
         picked = [c.note] * bool(c.note) + [f"fastest baseline: {base}"] * (len(c.baselines) > 1)
         note = "; ".join(picked + [f"best: {best}"] * (len(c.candidates) > 1))
-        rows.append(report.speedup_row(c.name, res[base], res[best], goal=c.goal, note=note))
+        if c.predicted is not None:
+            rows.append(report.prediction_row(c.name, res[base], res[best], c.predicted, goal=c.goal,
+                                              note=note))
+        else:
+            rows.append(report.speedup_row(c.name, res[base], res[best], goal=c.goal, note=note))
     return rows
 
 

@@ -19,12 +19,19 @@ MEETS, BELOW, NO_GOAL, UNAVAILABLE = "meets goal", "below goal", "no goal", "not
 VERDICTS = (MEETS, BELOW, NO_GOAL, UNAVAILABLE)
 
 
-def verdict(ratio: float | None, goal: float | None) -> str:
-    """'meets goal' when ratio >= goal, 'below goal' otherwise; 'no goal' / 'not available' when missing."""
+def verdict(ratio: float | None, goal) -> str:
+    """'meets goal' when ratio >= goal, 'below goal' otherwise; 'no goal' / 'not available' when missing.
+
+    A goal (low, high) is a band: met when low <= ratio <= high (a prediction / measurement near 1)."""
     if ratio is None or (isinstance(ratio, float) and not math.isfinite(ratio)):
         return UNAVAILABLE
     if goal is None:
         return NO_GOAL
+    if isinstance(goal, list | tuple):
+        if len(goal) != 2 or not 0 < goal[0] < goal[1]:
+            raise ValueError(f"goal must be a positive ratio, a band (low, high) with 0 < low < high, or "
+                             f"None, got {goal!r}")
+        return MEETS if goal[0] <= ratio <= goal[1] else BELOW
     if goal <= 0:
         raise ValueError(f"goal must be a positive ratio or None, got {goal!r}")
     return MEETS if ratio >= goal else BELOW
@@ -71,6 +78,24 @@ def speedup_row(name: str, baseline: Measurement, candidate: Measurement, goal: 
         "ratio_q3": quantile(pairs, 0.75) if pairs else None,
         "ratio_of_best": baseline.min_s / candidate.min_s if candidate.min_s > 0 else None,
         "baseline": time_stats(baseline), "candidate": time_stats(candidate), "note": note,
+    }
+
+
+def prediction_row(name: str, baseline: Measurement, candidate: Measurement, predicted: float,
+                   goal=None, note: str = "") -> dict:
+    """A prediction checked: predicted / measured, where measured = baseline median / candidate median."""
+    if not isinstance(predicted, int | float) or not math.isfinite(predicted) or predicted <= 0:
+        raise ValueError(f"predicted must be a positive ratio, got {predicted!r}")
+    measured = speedup(baseline, candidate)
+    pairs = [predicted / r for r in paired_ratios(baseline, candidate) if r > 0]
+    ratio = predicted / measured
+    return {
+        "name": name, "kind": "fidelity", "goal": goal, "ratio": ratio, "verdict": verdict(ratio, goal),
+        "ratio_q1": quantile(pairs, 0.25) if pairs else None,
+        "ratio_q3": quantile(pairs, 0.75) if pairs else None,
+        "ratio_of_best": predicted * candidate.min_s / baseline.min_s if baseline.min_s > 0 else None,
+        "baseline": time_stats(baseline), "candidate": time_stats(candidate),
+        "note": f"predicted {predicted:.3g}x, measured {measured:.3g}x" + (f"; {note}" if note else ""),
     }
 
 
@@ -212,6 +237,7 @@ def row_stats(rows: Iterable[dict]) -> list[dict]:
 # ---------------------------------------------------------------- JSON schema
 
 _NUM = {"type": ["number", "null"]}
+_GOAL = {"anyOf": [_NUM, {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}]}
 _STATS = {
     "type": ["object", "null"],
     "required": ["label", "unit", "median", "iqr", "best", "relative_iqr", "repeats"],
@@ -222,7 +248,7 @@ _STATS = {
 _ROW = {
     "type": "object",
     "required": ["name", "kind", "goal", "ratio", "verdict", "baseline", "candidate", "note"],
-    "properties": {"name": {"type": "string"}, "kind": {"enum": ["speedup", "fidelity"]}, "goal": _NUM,
+    "properties": {"name": {"type": "string"}, "kind": {"enum": ["speedup", "fidelity"]}, "goal": _GOAL,
                    "ratio": _NUM, "ratio_q1": _NUM, "ratio_q3": _NUM, "ratio_of_best": _NUM,
                    "verdict": {"enum": list(VERDICTS)}, "baseline": _STATS, "candidate": _STATS,
                    "note": {"type": "string"}},
@@ -304,8 +330,12 @@ def _stats_cell(s: dict | None) -> str:
             f"n={s['repeats']})")
 
 
-def _goal_cell(goal) -> str:
-    return "-" if goal is None else f">= {_fmt(goal)}"
+def _goal_cell(goal, unit: str = "") -> str:
+    if goal is None:
+        return "-"
+    if isinstance(goal, list | tuple):
+        return f"{_fmt(goal[0])}{unit}-{_fmt(goal[1])}{unit}"
+    return f">= {_fmt(goal)}{unit}"
 
 
 def ratio_table(rows: Sequence[dict], *, baseline_header: str = "baseline",
@@ -418,8 +448,8 @@ def summary_table(doc: dict) -> str:
     for section in ("fidelity", "effects"):
         for r in doc[section]["rows"]:
             if r["goal"] is not None:
-                ratio, goal = _fmt(r["ratio"]), _fmt(r["goal"])
-                lines.append(f"| {r['name']} | {ratio}x | >= {goal}x | {r['verdict']} |")
+                lines.append(f"| {r['name']} | {_fmt(r['ratio'])}x | {_goal_cell(r['goal'], 'x')} | "
+                             f"{r['verdict']} |")
                 results.append(r["verdict"])
     ran = [r for r in doc["course_cost"]["notebooks"] if r["status"] != "skipped"]
     if ran:

@@ -5,11 +5,13 @@
 - data/: the course's data, every row with its source (chips.csv, model_shapes.csv), shipped in the package.
 - machine/ (measuring the machine): hardware (what is this machine), specs (the chip table, data/chips.csv),
   bench (timing), probe (live ceilings: GB/s, FLOP/s), card (the machine card).
-- cost/ (models of cost): roofline, costs (time and dollars per chip), batching, serving (queueing),
-  footprint (memory capacity: weights + KV cache + activations).
+- cost/ (models of cost): roofline, costs (time and dollars per chip), batching, serving (queueing, chunked
+  prefill), footprint (memory capacity: weights + KV cache + activations), phases (prefill and decode: FLOPs,
+  bytes, intensity), paging (contiguous vs paged KV-cache allocation).
 - experiments/ (what the lessons run): roofline_points, decode, lowbit_gemv, tiny_decoder, precision,
-  classifier, fusion, ort, profiling, fake_quant (any format of formats, fp8/mxfp4/nvfp4 emulated), outliers
-  (outlier channels, SmoothQuant, AWQ).
+  classifier, fusion, ort, profiling, prefill_decode (TTFT, decode vs context, KV precision on the tiny
+  decoder), fake_quant (any format of formats, fp8/mxfp4/nvfp4 emulated), outliers (outlier channels,
+  SmoothQuant, AWQ).
 - course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox), colab, quiz (the
   practice quiz's question bank and each student's draw from it), notebook_outputs (notebooks are committed
   without outputs).

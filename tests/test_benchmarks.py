@@ -70,6 +70,29 @@ def test_verdict_rejects_a_non_positive_goal():
         report.verdict(1.0, 0)
 
 
+@pytest.mark.parametrize(("ratio", "expected"), [
+    (0.7, report.MEETS), (1.0, report.MEETS), (1.3, report.MEETS), (0.69, report.BELOW),
+    (1.31, report.BELOW)])
+def test_a_band_goal_is_met_only_inside_it(ratio, expected):
+    assert report.verdict(ratio, (0.7, 1.3)) == expected == report.verdict(ratio, [0.7, 1.3])  # as in JSON
+    for bad in ((1.3, 0.7), (0.0, 1.0), (1.0,)):
+        with pytest.raises(ValueError, match="band"):
+            report.verdict(1.0, bad)
+
+
+def test_prediction_row_divides_the_prediction_by_the_measured_ratio():
+    row = report.prediction_row("kv", m("long", [4, 5, 6]), m("short", [2, 2, 2]), predicted=2.0,
+                                goal=(0.7, 1.3), note="n")
+    assert row["ratio"] == pytest.approx(2.0 / 2.5) and row["verdict"] == report.MEETS
+    assert row["kind"] == "fidelity" and "predicted 2x, measured 2.5x" in row["note"]
+    assert "0.700-1.30" in report.ratio_table([row])
+    doc = json.loads(json.dumps(fake_doc(effects={"rows": [row], "notes": []})))  # the band as a JSON list
+    assert report.validate(doc) is doc
+    assert "| kv | 0.800x | 0.700x-1.30x | meets goal |" in report.summary_table(doc)
+    with pytest.raises(ValueError, match="predicted"):
+        report.prediction_row("kv", m("a", [1]), m("b", [1]), predicted=0.0)
+
+
 def test_time_stats_reports_milliseconds_from_the_measurement():
     s = report.time_stats(m("a", [1e-3, 2e-3, 3e-3]))
     assert s["unit"] == "ms" and s["median"] == pytest.approx(2.0) and s["best"] == pytest.approx(1.0)
@@ -308,6 +331,25 @@ def test_effects_become_rows_even_when_lesson_code_is_missing_or_broken(monkeypa
     assert ok["ratio"] == pytest.approx(5.0) and ok["verdict"] == report.MEETS
     assert gone["verdict"] == report.UNAVAILABLE and "hwopt.experiments.fusion" in gone["note"]
     assert bad["verdict"] == report.UNAVAILABLE and "kaputt" in bad["note"]
+
+
+def test_a_comparison_with_a_prediction_becomes_a_prediction_row(monkeypatch):
+    fake_times = {"long": [3.0, 3.0, 3.0], "short": [1.0, 1.0, 1.0]}
+    monkeypatch.setattr(effects.bench, "compare", lambda fns, **kw: {k: m(k, fake_times[k]) for k in fns})
+
+    def kv(quick):
+        return effects.Setup({"long": lambda: None, "short": lambda: None},
+                             [effects.Comparison("kv", (0.7, 1.3), ["long"], ["short"], predicted=6.0)])
+
+    section, _ = effects.measure(quick=True, effects=[(kv, [("kv", (0.7, 1.3))])])
+    (row,) = section["rows"]
+    assert row["ratio"] == pytest.approx(2.0) and row["verdict"] == report.BELOW
+
+
+def test_lesson_8_effects_are_declared_with_their_goals():
+    assert effects.PHASES[0][1] == 10.0 and effects.KV_BOUND[0][1] == (0.7, 1.3)
+    assert (effects.setup_phases, effects.PHASES) in effects.EFFECTS
+    assert (effects.setup_kv_bound, effects.KV_BOUND) in effects.EFFECTS
 
 
 def test_per_item_divides_each_repeat_by_the_items_per_call():

@@ -66,3 +66,26 @@ def test_serving_explorer_reports_both_policies(shown, capsys):
 def test_serving_explorer_starts_within_its_slider_when_items_cost_more_than_the_overhead(shown):
     rate = serving.serving_explorer(0.1, 2.0).controls["arrival_rate_per_s"]  # one at a time 476/s, max 500
     assert 10**rate.min <= rate.value <= 10**rate.max * (1 + 1e-9)  # a log slider's bounds are exponents
+
+
+def test_paging_explorer_recounts_the_sequences_on_every_control(shown, capsys):
+    from hwopt.cost import paging
+
+    box = paging.paging_explorer(131072.0, n_requests=500)  # Llama-3-8B's fp16 KV bytes per token
+    first = capsys.readouterr().out
+    assert "contiguous" in first and "paged" in first and len(shown) == 1
+    box.controls["memory_gb"].value = 2.0
+    box.controls["max_len"].value = 16384
+    text = capsys.readouterr().out
+    assert text != first and "16,384 held tokens" not in text and len(shown) == 3
+    box.controls["block_size"].value = 1
+    paged = [line for line in capsys.readouterr().out.splitlines() if line.startswith("paged")]
+    assert paged and " 0% wasted" in paged[-1]  # blocks of one token waste nothing
+
+
+def test_chunked_prefill_explorer_reruns_both_schedules(shown, capsys):
+    requests = serving.mixed_requests(100, 20.0, 16, 1000, 0.2, 16.0, seed=0)
+    box = serving.chunked_prefill_explorer(1.0, 0.2, 0.05, requests, max_batch_size=8)
+    box.controls["chunk_tokens"].value = 32
+    text = capsys.readouterr().out
+    assert "whole prompts" in text and "chunks of 32 tokens" in text and len(shown) == 2

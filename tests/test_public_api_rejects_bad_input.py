@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 import hwopt
 from hwopt import formats, plots, widgets
-from hwopt.cost import batching, costs, footprint, roofline, serving
+from hwopt.cost import batching, costs, footprint, paging, phases, roofline, serving
 from hwopt.experiments import (
     classifier,
     decode,
@@ -45,6 +45,7 @@ from hwopt.experiments import (
     ort,
     outliers,
     precision,
+    prefill_decode,
     profiling,
     roofline_points,
     tiny_decoder,
@@ -432,6 +433,34 @@ def decoder() -> tiny_decoder.TinyDecoder:
 
 
 @functools.cache
+def phase_times() -> prefill_decode.PhaseTimes:
+    m = bench.Measurement("m", (0.001, 0.001))
+    return prefill_decode.PhaseTimes((4, 8), (m, m), (m, m), prefill_decode.shape_of(decoder()), "fp32")
+
+
+@functools.cache
+def context_sweep() -> prefill_decode.ContextSweep:
+    m = (bench.Measurement("a", (0.001, 0.001)), bench.Measurement("b", (0.002, 0.002)))
+    return prefill_decode.ContextSweep((4, 8), 2, m, 1000, (10, 20), 3)
+
+
+@functools.cache
+def chunked_requests():
+    return serving.mixed_requests(20, 10.0, 4, 64, 0.2, 4.0)
+
+
+@functools.cache
+def phase_runs() -> dict:
+    return {name: serving.simulate_chunked_prefill(*chunked_requests(), 4, 1.0, 0.5, 0.1, chunk)
+            for name, chunk in (("whole prompts", None), ("chunks of 16", 16))}
+
+
+@functools.cache
+def kv_rows() -> list:
+    return prefill_decode.kv_quantization_error(decoder(), 4, ("int8",), 2)
+
+
+@functools.cache
 def kernel_library():
     return lowbit_gemv.load()
 
@@ -583,7 +612,42 @@ VALID: dict[str, Callable[[], Call]] = {
         "plot_memory": lambda: call(footprint.plot_memory, shape(), 2, 128, "fp16", 1.0, True),
         "memory_explorer": lambda: call(footprint.memory_explorer, {"T4": 16.0}, [shape()]),
     }),
+    **within("cost.phases", {
+        "matmul_params": lambda: call(phases.matmul_params, shape()),
+        "kv_bytes_per_token": lambda: call(phases.kv_bytes_per_token, shape(), "int8"),
+        "PhaseCost": lambda: call(phases.PhaseCost, "decode", 1e9, 1e9, 1, 0.5, zero="kv_bytes"),
+        "PhaseCost.time_s": lambda: call(phases.PhaseCost("decode", 1e9, 1e9, 1, 0.5).time_s, 1e12, 10.0),
+        "PhaseCost.bound": lambda: call(phases.PhaseCost("decode", 1e9, 1e9, 1, 0.5).bound, 1e12, 10.0),
+        "prefill_cost": lambda: call(phases.prefill_cost, shape(), 16, 2, "fp16", "int8"),
+        "decode_cost": lambda: call(phases.decode_cost, shape(), 16, 2, "fp16", "int8"),
+        "decode_tokens_per_s_bound": lambda: call(phases.decode_tokens_per_s_bound, shape(), 16, 20.0, 2,
+                                                  "fp16", "int8"),
+        "kv_crossover_context": lambda: call(phases.kv_crossover_context, shape(), 2, "fp16", "int8"),
+        "kv_report": lambda: call(phases.kv_report, shape(), "fp16", (1, 16)),
+        "phase_table": lambda: call(phases.phase_table, [shape()], 16, 32, 2, "fp16", 1e12, 20.0),
+    }),
+    **within("cost.paging", {
+        "request_lengths": lambda: call(paging.request_lengths, 20, 10.0, 16, 0, zero="seed"),
+        "held_tokens": lambda: call(paging.held_tokens, [5, 17, 3], "paged", 32, 8),
+        "allocate": lambda: call(paging.allocate, [5, 17, 3], 64, "paged", 32, 8),
+        "compare_policies": lambda: call(paging.compare_policies, [5, 17, 3], 64, 32, 8),
+        "paging_report": lambda: call(paging.paging_report, [5, 17, 3], 64, 32, 8),
+        "plot_policies": lambda: call(paging.plot_policies, paging.compare_policies([5, 17, 3], 64, 32, 8)),
+        "paging_explorer": lambda: call(paging.paging_explorer, 131072.0, 50.0, 100, 0, zero="seed",
+                                        bounded="kv_bytes_per_token"),
+    }),
     **within("cost.serving", {
+        "mixed_requests": lambda: call(serving.mixed_requests, 20, 10.0, 4, 64, 0.2, 4.0, 0,
+                                       zero="long_fraction seed", bounded="long_fraction"),
+        "simulate_chunked_prefill": lambda: call(serving.simulate_chunked_prefill, [0.0, 5.0], [8, 200],
+                                                 [20, 5], 4, 1.0, 0.5, 0.1, 16,
+                                                 zero="arrivals step_overhead_ms"),
+        "PhaseLatencyStats.percentile": lambda: call(phase_runs()["whole prompts"].percentile, "tpot", 99.0,
+                                                     zero="q", bounded="q"),
+        "chunked_prefill_explorer": lambda: call(serving.chunked_prefill_explorer, 1.0, 0.5, 0.1,
+                                                 chunked_requests(), 4, zero="step_overhead_ms",
+                                                 opaque="requests"),
+        "plot_phase_latencies": lambda: call(serving.plot_phase_latencies, phase_runs()),
         "arrivals_ms": lambda: call(serving.arrivals_ms, 100.0, 50, 1, zero="seed"),
         "simulate_dynamic_batching": lambda: call(serving.simulate_dynamic_batching, 100.0, 8, 2.0, 1.0,
                                                   0.5, n_requests=50, seed=0,
@@ -990,6 +1054,36 @@ VALID: dict[str, Callable[[], Call]] = {
         "intensity_table": lambda: call(roofline_points.intensity_table,
                                         [roofline_points.triad_point(20.0)], 1e12, 20.0),
     }),
+    **within("experiments.prefill_decode", {
+        "shape_of": lambda: call(prefill_decode.shape_of, decoder()),
+        "model_format": lambda: call(prefill_decode.model_format, decoder()),
+        "kv_cache_nbytes": lambda: call(prefill_decode.kv_cache_nbytes, decoder()(torch.zeros(1, 3,
+                                        dtype=torch.long))[1], opaque="caches"),
+        "phase_steps": lambda: call(prefill_decode.phase_steps, decoder(), (4, 8), "cpu"),
+        "measure_phases": lambda: call(prefill_decode.measure_phases, decoder(), (4, 8), "cpu", 1),
+        "predicted_phases": lambda: call(prefill_decode.predicted_phases, phase_times(), 1e12, 20.0),
+        "phase_report": lambda: call(prefill_decode.phase_report, phase_times(), 1e12, 20.0),
+        "plot_phases": lambda: call(prefill_decode.plot_phases, phase_times(), 1e12, 20.0),
+        "batch_for_kv_share": lambda: call(prefill_decode.batch_for_kv_share, decoder(), 16, 1.0,
+                                           bounded="share"),
+        "kv_passes_per_step": lambda: call(prefill_decode.kv_passes_per_step, decoder(), "cpu"),
+        "ContextSweep.predicted_slowdowns": lambda: call(context_sweep().predicted_slowdowns),
+        "ContextSweep.measured_slowdowns": lambda: call(context_sweep().measured_slowdowns),
+        "ContextSweep.slowdown_ratio": lambda: call(context_sweep().slowdown_ratio),
+        "predicted_slowdowns": lambda: call(prefill_decode.predicted_slowdowns, decoder(), (4, 8), 2, "cpu"),
+        "context_steps": lambda: call(prefill_decode.context_steps, decoder(), (4, 8), 2, "cpu"),
+        "decode_vs_context": lambda: call(prefill_decode.decode_vs_context, decoder(), (4, 8), 2, "cpu", 1),
+        "context_report": lambda: call(prefill_decode.context_report, context_sweep(), 20.0),
+        "plot_decode_vs_context": lambda: call(prefill_decode.plot_decode_vs_context, context_sweep()),
+        "quantize_kv": lambda: call(prefill_decode.quantize_kv, torch.randn(2, 3, 8), "int8",
+                                    signed="tensor"),
+        "kv_quantization_error": lambda: call(prefill_decode.kv_quantization_error, decoder(), 4, ("int8",),
+                                              2, "cpu", 0, zero="seed"),
+        "kv_format_table": lambda: call(prefill_decode.kv_format_table, kv_rows(), opaque="rows"),
+        "serving_costs": lambda: call(prefill_decode.serving_costs, phase_times(), context_sweep()),
+        "lesson_summary": lambda: call(prefill_decode.lesson_summary, phase_times(), context_sweep(),
+                                       kv_rows(), phase_runs(), opaque="kv_rows"),
+    }),
     **within("experiments.tiny_decoder", {
         "Block": lambda: call(tiny_decoder.Block, 16, 2),
         "TinyDecoder": lambda: call(tiny_decoder.TinyDecoder, 32, 16, 1, 2, 64),
@@ -1040,6 +1134,10 @@ EXCLUDED: dict[str, str] = {
     "cost.costs.ChipEstimate": "a result of costs.estimate",
     "cost.serving.ServingStats": "a result of serving.simulate_dynamic_batching",
     "cost.serving.GenerationStats": "a result of serving.simulate_generation",
+    "cost.serving.PhaseLatencyStats": "a result of serving.simulate_chunked_prefill",
+    "cost.paging.Allocation": "a result of paging.allocate",
+    "experiments.prefill_decode.PhaseTimes": "a result of prefill_decode.measure_phases",
+    "experiments.prefill_decode.ContextSweep": "a result of prefill_decode.decode_vs_context",
     "machine.specs.Chip": "a row of hwopt/data/chips.csv, checked by specs.load_chips",
     "machine.card.MachineCard": "a result of card.machine_card",
     "machine.hardware.GPUInfo": "a result of hardware.cuda_gpus",

@@ -105,3 +105,57 @@ def test_generation_rejects_bad_lengths():
         sv.simulate_generation([], 2, 1.0, 1.0, continuous=True)
     with pytest.raises(ValueError, match="mean_tokens"):
         sv.output_lengths(4, 0.5)
+
+
+# ---- chunked prefill (lesson 8) ---------------------------------------------------------------------------
+
+
+def test_one_request_by_hand_whole_and_chunked():
+    # prompt 100 tokens at 0.1 ms each, 3 output tokens, overhead 1 ms, decode 0.5 ms per sequence
+    whole = sv.simulate_chunked_prefill([0.0], [100], [3], 4, 1.0, 0.5, 0.1)
+    assert whole.ttft_ms.tolist() == [pytest.approx(1.0 + 10.0)]
+    assert whole.tpot_ms.tolist() == [pytest.approx(1.5), pytest.approx(1.5)]
+    chunked = sv.simulate_chunked_prefill([0.0], [100], [3], 4, 1.0, 0.5, 0.1, chunk_tokens=30)
+    assert chunked.ttft_ms.tolist() == [pytest.approx(4 * 1.0 + 10.0)]  # 4 steps of at most 30 tokens
+    assert whole.total_ms == pytest.approx(11.0 + 3.0)
+
+
+def test_a_long_prompt_stalls_decoding_unless_it_is_chunked():
+    arrivals, prompts, outputs = [0.0, 5.0], [8, 2000], [200, 5]
+    whole = sv.simulate_chunked_prefill(arrivals, prompts, outputs, 4, 1.0, 0.5, 0.1)
+    chunked = sv.simulate_chunked_prefill(arrivals, prompts, outputs, 4, 1.0, 0.5, 0.1, chunk_tokens=64)
+    assert whole.percentile("tpot", 100) >= 200.0  # the decoding request waited for 2000 prompt tokens
+    assert chunked.percentile("tpot", 100) <= 1.0 + 2 * 0.5 + 64 * 0.1 + 1e-9  # at most one chunk per step
+    assert chunked.ttft_ms[1] > whole.ttft_ms[1]  # the long prompt itself waits longer
+    for stats in (whole, chunked):
+        assert stats.tpot_ms.size == sum(outputs) - len(outputs)  # one gap per token after the first
+    assert "whole prompts" in str(whole) and "chunks of 64" in str(chunked)
+
+
+def test_requests_beyond_the_slots_wait_and_idle_servers_jump_to_the_next_arrival():
+    stats = sv.simulate_chunked_prefill([0.0, 0.0, 1000.0], [10, 10, 10], [2, 2, 2], 1, 1.0, 1.0, 0.1)
+    assert stats.ttft_ms[0] == pytest.approx(2.0)
+    assert stats.ttft_ms[1] == pytest.approx(2.0 + 2.0 + 2.0)  # waits for the first request's two steps
+    assert stats.ttft_ms[2] == pytest.approx(2.0)  # the server was idle when it arrived
+
+
+def test_mixed_requests_and_the_explorer():
+    arrivals, prompts, outputs = sv.mixed_requests(400, 50.0, 16, 1000, 0.25, 20.0, seed=1)
+    assert arrivals.shape == prompts.shape == outputs.shape == (400,)
+    assert set(np.unique(prompts)) == {16, 1000} and 0.15 < np.mean(prompts == 1000) < 0.35
+    requests = (arrivals, prompts, outputs)
+    box = sv.chunked_prefill_explorer(1.0, 0.2, 0.05, requests, max_batch_size=8)
+    box.controls["chunk_tokens"].value = 64
+    fig = sv.plot_phase_latencies({"a": sv.simulate_chunked_prefill(*requests, 8, 1.0, 0.2, 0.05)})
+    assert fig.axes[0].get_ylabel() == "time (ms)"
+
+
+def test_chunked_prefill_rejects_bad_input():
+    with pytest.raises(ValueError, match="equally long"):
+        sv.simulate_chunked_prefill([0.0, 1.0], [4], [4], 2, 1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="increasing"):
+        sv.simulate_chunked_prefill([1.0, 0.0], [4, 4], [4, 4], 2, 1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        sv.simulate_chunked_prefill([0.0], [4], [4], 2, 1.0, 1.0, 1.0, chunk_tokens=0)
+    with pytest.raises(ValueError, match="which"):
+        sv.simulate_chunked_prefill([0.0], [4], [4], 2, 1.0, 1.0, 1.0).percentile("e2e", 50)

@@ -215,3 +215,150 @@ def serving_explorer(overhead_ms: float, per_item_ms: float, seed: int = 0):
         max_wait_ms=widgets.float_slider("max wait", 0.0, max(1.0, 10 * overhead_ms), 2 * overhead_ms,
                                          unit="ms"),
     )
+
+
+# ---- prefill and decode in one server: continuous batching with chunked prefill (lesson 8) ---------------
+
+
+@dataclass(frozen=True)
+class PhaseLatencyStats:
+    """Per-request time to first token (ms) and every gap between two output tokens (ms) of one run."""
+
+    ttft_ms: np.ndarray
+    tpot_ms: np.ndarray  # time per output token: each gap between consecutive tokens of one request
+    total_ms: float
+    tokens_per_s: float
+    chunk_tokens: int | None
+
+    def percentile(self, which: str, q: float) -> float:
+        """The q-th percentile (0-100) of 'ttft' or 'tpot', ms."""
+        arguments.one_of("which", which, ("ttft", "tpot"))
+        arguments.between("q", q, 0, 100)
+        values = self.ttft_ms if which == "ttft" else self.tpot_ms
+        return float(np.percentile(values, q)) if values.size else 0.0
+
+    def __str__(self) -> str:
+        chunk = "whole prompts" if self.chunk_tokens is None else f"chunks of {self.chunk_tokens:,} tokens"
+        return (f"{chunk}: TTFT p50 {self.percentile('ttft', 50):,.1f} ms, p99 "
+                f"{self.percentile('ttft', 99):,.1f} ms; TPOT p50 {self.percentile('tpot', 50):,.1f} ms, "
+                f"p99 {self.percentile('tpot', 99):,.1f} ms, worst {self.percentile('tpot', 100):,.1f} ms; "
+                f"{self.tokens_per_s:,.0f} output tokens/s")
+
+
+def mixed_requests(n_requests: int, arrival_rate_per_s: float, short_prompt: int, long_prompt: int,
+                   long_fraction: float, mean_output_tokens: float, seed: int = 0):
+    """(arrivals_ms, prompt_lens, output_lens) of a mix: short prompts and a long_fraction of long ones."""
+    short_prompt = arguments.count("short_prompt", short_prompt, "tokens")
+    long_prompt = arguments.count("long_prompt", long_prompt, "tokens")
+    long_fraction = arguments.fraction("long_fraction", long_fraction, allow_zero=True)
+    mean_output_tokens = arguments.between("mean_output_tokens", mean_output_tokens, 1,
+                                           arguments.LIMITS["tokens"])
+    arrive = arrivals_ms(arrival_rate_per_s, n_requests, seed)
+    is_long = np.random.default_rng(seed + 1).random(len(arrive)) < long_fraction
+    prompts = np.where(is_long, long_prompt, short_prompt)
+    return arrive, prompts, output_lengths(n_requests, mean_output_tokens, seed + 2)
+
+
+def simulate_chunked_prefill(arrivals, prompt_lens, output_lens, max_batch_size: int, step_overhead_ms: float,
+                             decode_per_seq_ms: float, prefill_per_token_ms: float,
+                             chunk_tokens: int | None = None) -> PhaseLatencyStats:
+    """Continuous batching of requests that each prefill a prompt, then decode output_lens tokens.
+
+    Every step: waiting requests that have arrived take free slots; each decoding sequence makes one token;
+    prompts are prefilled first-come first-served within a budget of chunk_tokens prompt tokens per step
+    (None: a waiting prompt is prefilled whole in one step, and every decoding sequence waits for it).
+    A request's first token comes at the end of the step that finishes its prompt. One step costs
+    step_overhead_ms + decode_per_seq_ms * decoding sequences + prefill_per_token_ms * prompt tokens.
+    """
+    arrive = arguments.finite_array("arrivals", arrivals, ndim=1, minimum=0)
+    prompts = arguments.finite_array("prompt_lens", prompt_lens, ndim=1, integer=True, minimum=1,
+                                     maximum=arguments.LIMITS["tokens"])
+    outputs = arguments.finite_array("output_lens", output_lens, ndim=1, integer=True, minimum=1,
+                                     maximum=arguments.LIMITS["tokens"])
+    if not arrive.size or not arrive.shape == prompts.shape == outputs.shape:
+        raise ValueError(f"arrivals, prompt_lens and output_lens must be non-empty and equally long; got "
+                         f"{arrive.size}, {prompts.size}, {outputs.size}")
+    if np.any(np.diff(arrive) < 0):
+        raise ValueError("arrivals must be in increasing order (ms)")
+    if prompts.sum() + outputs.sum() > arguments.LIMITS["items"]:
+        raise ValueError(f"prompt_lens and output_lens must add up to at most {arguments.LIMITS['items']:,} "
+                         f"tokens (hwopt.arguments.LIMITS['items'])")
+    max_batch_size = arguments.count("max_batch_size", max_batch_size, "batch")
+    step_overhead_ms = arguments.positive("step_overhead_ms", step_overhead_ms, allow_zero=True)
+    decode_per_seq_ms = arguments.positive("decode_per_seq_ms", decode_per_seq_ms)
+    prefill_per_token_ms = arguments.positive("prefill_per_token_ms", prefill_per_token_ms)
+    if chunk_tokens is not None:
+        chunk_tokens = arguments.count("chunk_tokens", chunk_tokens, "tokens")
+    n = arrive.size
+    prompt_left, output_left = prompts.astype(np.int64), outputs.astype(np.int64)
+    last_token = np.full(n, np.nan)
+    ttft, gaps = np.zeros(n), []
+    slots: list[int] = []  # admitted requests, in arrival order
+    t, nxt = 0.0, 0
+    while nxt < n or slots:
+        if not slots and arrive[nxt] > t:
+            t = float(arrive[nxt])  # idle until the next request
+        while nxt < n and arrive[nxt] <= t and len(slots) < max_batch_size:
+            slots.append(nxt)
+            nxt += 1
+        decoding = [r for r in slots if prompt_left[r] == 0]
+        budget = math.inf if chunk_tokens is None else chunk_tokens
+        prefilled = {}
+        for r in slots:
+            if prompt_left[r] and budget > 0:
+                prefilled[r] = int(min(prompt_left[r], budget))
+                budget -= prefilled[r]
+        t += (step_overhead_ms + decode_per_seq_ms * len(decoding)
+              + prefill_per_token_ms * sum(prefilled.values()))
+        for r in decoding:
+            gaps.append(t - last_token[r])
+            last_token[r] = t
+            output_left[r] -= 1
+        for r, done in prefilled.items():
+            prompt_left[r] -= done
+            if prompt_left[r] == 0:  # the prefill's logits give the first output token
+                ttft[r] = t - arrive[r]
+                last_token[r] = t
+                output_left[r] -= 1
+        slots = [r for r in slots if output_left[r] > 0 or prompt_left[r] > 0]
+    return PhaseLatencyStats(ttft, np.asarray(gaps), t, float(outputs.sum()) / (t / 1000.0), chunk_tokens)
+
+
+def chunked_prefill_explorer(step_overhead_ms: float, decode_per_seq_ms: float, prefill_per_token_ms: float,
+                             requests, max_batch_size: int = 16):
+    """Slider (chunk size) -> TTFT and TPOT percentiles of `requests` (mixed_requests(...)), cost model."""
+    from hwopt import widgets
+
+    arguments.instance("requests", requests, tuple)
+    if len(requests) != 3:
+        raise ValueError("requests must be mixed_requests(...)'s (arrivals_ms, prompt_lens, output_lens)")
+    whole = simulate_chunked_prefill(*requests, max_batch_size, step_overhead_ms, decode_per_seq_ms,
+                                     prefill_per_token_ms)  # checks every argument once
+
+    def show(chunk_tokens):
+        chunked = simulate_chunked_prefill(*requests, max_batch_size, step_overhead_ms, decode_per_seq_ms,
+                                           prefill_per_token_ms, chunk_tokens)
+        print(f"{whole}\n{chunked}")
+        return plot_phase_latencies({"whole prompts": whole, f"chunks of {chunk_tokens}": chunked})
+
+    longest = int(np.max(requests[1]))
+    options = sorted({2**i for i in range(4, 14) if 2**i < longest} | {longest})
+    return widgets.explore(show, chunk_tokens=widgets.dropdown("prefill chunk", options,
+                                                               options[len(options) // 2], unit="tokens"))
+
+
+def plot_phase_latencies(runs: dict, ax=None):
+    """p50/p90/p99/p99.9 of TTFT and TPOT (ms, log) for runs {label: PhaseLatencyStats}; the Figure."""
+    arguments.instance("runs", runs, dict)
+    if not runs or not all(isinstance(s, PhaseLatencyStats) for s in runs.values()):
+        raise ValueError("runs must be a non-empty {label: PhaseLatencyStats}")
+    ax = plots.axes("percentile", "time (ms)", logy=True, ax=ax)
+    qs = (50, 90, 99, 99.9)
+    for i, (label, stats) in enumerate(runs.items()):
+        for which, style in (("ttft", "-"), ("tpot", "--")):
+            ys = [max(stats.percentile(which, q), 1e-3) for q in qs]
+            ax.plot([q / 100 for q in qs], ys, style, marker="o",
+                    color=plots.color(i), label=f"{which.upper()}, {label}")
+    ax.set_xscale("logit")
+    ax.set_xticks([q / 100 for q in qs], [f"p{q:g}" for q in qs])
+    return plots.finish(ax)

@@ -11,7 +11,10 @@ Shapes: q, k, v (batch, heads, seq_len, head_dim), float32.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -108,6 +111,20 @@ def max_abs_difference(q, k, v) -> dict[str, float]:
         return {name: float((fn(q, k, v).double() - oracle).abs().max()) for name, fn in ATTENTION.items()}
 
 
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Send the profiler's start and stop log lines (C++ writes them to descriptor 2) to /dev/null."""
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
 def peak_memory_bytes(fn: Callable[[], object], device="cpu") -> int:
     """Peak bytes PyTorch's allocator held during fn() beyond what it held before: on CUDA from
     torch.cuda.max_memory_allocated; on a CPU by replaying the allocations and frees torch.profiler records
@@ -126,7 +143,7 @@ def peak_memory_bytes(fn: Callable[[], object], device="cpu") -> int:
         return int(peak)
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         result = fn()
     del result
     events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),

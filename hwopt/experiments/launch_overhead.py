@@ -135,6 +135,21 @@ def overhead_share(n_ops: int, overhead_s: float, step_s: float) -> float:
     return n_ops * overhead_s / arguments.positive("step_s", step_s)
 
 
+def step_report(model: td.TinyDecoder, fit: OverheadFit, label: str = "decode", device="cpu",
+                repeats: int = 7) -> str:
+    """One line: a decode step's operations x the fitted overhead against its measured time (one CPU thread,
+    as the tiny decoder's timings in lesson 10)."""
+    arguments.instance("fit", fit, OverheadFit)
+    arguments.text("label", label)
+    step = decode_step(model, device=device)
+    n_ops = count_ops(step)
+    with bench.threads(1):
+        step_s = bench.time_fn(step, device=device, repeats=repeats).median_s
+    share = overhead_share(n_ops, fit.overhead_s, step_s)
+    return (f"{label} step: {n_ops} operations x {fit.overhead_s * 1e6:.1f} us = {share:.0%} of its "
+            f"{step_s * 1e3:.2f} ms")
+
+
 def cuda_graph(step: Callable[[], torch.Tensor], device="cuda") -> Callable[[], torch.Tensor]:
     """The step recorded once into a CUDA graph: the returned function replays every kernel with one launch
     and returns the graph's (static) output. Needs a CUDA device."""

@@ -20,6 +20,10 @@ from hwopt.cost import speculative as cost
 from hwopt.experiments import tiny_decoder as td
 from hwopt.machine import bench
 
+# CPU threads for the timed decoding: a decode step is too small to split well, and threads that spin while
+# another program holds the cores slow it many times over (measured on a busy 2-core machine: 8x).
+DECODE_THREADS = 1
+
 
 def make_draft_and_target(vocab_size: int = 4096, d_model: int = 512, draft_layers: int = 1,
                           extra_layers: int = 7, n_heads: int = 8, difference: float = 0.3, seed: int = 0,
@@ -115,6 +119,14 @@ def speculative_generate(draft: td.TinyDecoder, target: td.TinyDecoder, prompt, 
     return SpeculativeRun(tokens[:, :goal], tuple(accepted), draft_len)
 
 
+def checked_run(draft: td.TinyDecoder, target: td.TinyDecoder, prompt, new_tokens: int = 32,
+                draft_len: int = 4) -> tuple[SpeculativeRun, bool]:
+    """(speculative_generate's run, whether its tokens equal td.generate(target, ...)), on DECODE_THREADS."""
+    with bench.threads(DECODE_THREADS):
+        run = speculative_generate(draft, target, prompt, new_tokens, draft_len)
+        return run, bool(torch.equal(run.tokens, td.generate(target, prompt, new_tokens)))
+
+
 def random_prompt(vocab_size: int, prompt_len: int = 8, seed: int = 0, device="cpu") -> torch.Tensor:
     """(1, prompt_len) random token ids below vocab_size, from a seeded generator."""
     vocab_size = arguments.count("vocab_size", vocab_size, "dimension")
@@ -123,15 +135,16 @@ def random_prompt(vocab_size: int, prompt_len: int = 8, seed: int = 0, device="c
     return torch.randint(0, vocab_size, (1, prompt_len), generator=generator).to(bench.resolve_device(device))
 
 
-def acceptance_by_difference(differences, draft_len: int = 4, new_tokens: int = 48, **model_kwargs) -> dict:
+def acceptance_by_difference(differences, draft_len: int = 4, new_tokens: int = 32, **model_kwargs) -> dict:
     """{difference: SpeculativeRun}: the measured acceptance as the target moves away from the draft
     (model_kwargs go to make_draft_and_target)."""
     values = arguments.finite_array("differences", differences, ndim=1, minimum=0, maximum=10.0)
     runs = {}
-    for d in values.tolist():
-        draft, target = make_draft_and_target(difference=d, **model_kwargs)
-        prompt = random_prompt(target.tok.num_embeddings, device=target.head.weight.device)
-        runs[d] = speculative_generate(draft, target, prompt, new_tokens, draft_len)
+    with bench.threads(DECODE_THREADS):
+        for d in values.tolist():
+            draft, target = make_draft_and_target(difference=d, **model_kwargs)
+            prompt = random_prompt(target.tok.num_embeddings, device=target.head.weight.device)
+            runs[d] = speculative_generate(draft, target, prompt, new_tokens, draft_len)
     return runs
 
 
@@ -158,7 +171,8 @@ class StepCosts:
 
 def measure_step_costs(draft: td.TinyDecoder, target: td.TinyDecoder, draft_len: int = 4,
                        context_len: int = 32, device="cpu", repeats: int = 9) -> StepCosts:
-    """Time a draft step, a target step and a verification of draft_len + 1 tokens, interleaved."""
+    """Time a draft step, a target step and a verification of draft_len + 1 tokens, interleaved
+    (on DECODE_THREADS CPU threads)."""
     arguments.instance("draft", draft, td.TinyDecoder)
     arguments.instance("target", target, td.TinyDecoder)
     context_len = arguments.count("context_len", context_len, "tokens")
@@ -180,20 +194,22 @@ def measure_step_costs(draft: td.TinyDecoder, target: td.TinyDecoder, draft_len:
 
     fns = {"draft step": run(draft, one, draft_cache), "target step": run(target, one, target_cache),
            f"target verifies {draft_len + 1} tokens": run(target, several, target_cache)}
-    m = bench.compare(fns, device=device, warmup=2, repeats=repeats)
+    with bench.threads(DECODE_THREADS):
+        m = bench.compare(fns, device=device, warmup=2, repeats=repeats)
     return StepCosts(*m.values(), draft_len=draft_len)
 
 
-def compare_generation(draft: td.TinyDecoder, target: td.TinyDecoder, prompt, new_tokens: int = 48,
+def compare_generation(draft: td.TinyDecoder, target: td.TinyDecoder, prompt, new_tokens: int = 32,
                        draft_len: int = 4, device="cpu", repeats: int = 5) -> dict[str, bench.Measurement]:
     """Interleaved timings of plain greedy decoding with the target and speculative decoding (seconds per
-    generation of new_tokens): {"target greedy": ..., "speculative": ...}."""
+    generation of new_tokens, on DECODE_THREADS CPU threads): {"target greedy": ..., "speculative": ...}."""
     _check_pair(draft, target, prompt, new_tokens, draft_len)
     device = bench.resolve_device(device)
     arguments.count("repeats", repeats, "repeats")
     fns = {"target greedy": lambda: td.generate(target, prompt, new_tokens),
            "speculative": lambda: speculative_generate(draft, target, prompt, new_tokens, draft_len)}
-    return bench.compare(fns, device=device, warmup=1, repeats=repeats, number=1)
+    with bench.threads(DECODE_THREADS):
+        return bench.compare(fns, device=device, warmup=1, repeats=repeats, number=1)
 
 
 def predicted_over_measured(run: SpeculativeRun, costs: StepCosts, timings: dict) -> dict:

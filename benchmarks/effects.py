@@ -28,6 +28,8 @@ class Comparison:
     baselines: list[str]
     candidates: list[str]
     note: str = ""
+    goal_max: float | None = None  # the goal is a band goal..goal_max (a prediction over its measurement)
+    predicted: float | None = None  # a predicted speedup: the row is predicted / measured, not the speedup
 
 
 @dataclass
@@ -65,6 +67,8 @@ BATCHING = [("best batched throughput / batch 1", 10.0)]
 ORT = [("ORT / torch eager at batch 1", None)]
 FUSION = [("fused / unfused elementwise chain", 2.0)]
 PROFILING = [("profiling lesson's fix / slow pipeline", 2.0)]
+ATTENTION = [("SDPA / naive attention at 4k tokens", 2.0)]
+SPECULATIVE = [("speculative speedup predicted / measured", 0.7, 1.3)]  # a band around 1
 
 
 def setup_decode(quick: bool) -> Setup:
@@ -176,12 +180,62 @@ def setup_profiling(quick: bool) -> Setup:
                  [Comparison(name, goal, ["slow pipeline"], ["fixed pipeline"], note)])
 
 
-EFFECTS: list[tuple[Callable[[bool], Setup], list[tuple[str, float | None]]]] = [
+def setup_attention(quick: bool) -> Setup:
+    """Lesson 10: naive attention (N x N scores materialised) vs the fused kernel (SDPA) at 4096 tokens."""
+    attention = need("experiments.attention", "attention_inputs", "naive_attention", "sdpa")
+    import torch
+
+    q, k, v = attention.attention_inputs(4096)  # 4 heads of 64, fp32, batch 1: 268 MB of scores
+    with torch.inference_mode():
+        if float((attention.sdpa(q, k, v) - attention.naive_attention(q, k, v)).abs().max()) > 1e-4:
+            raise ValueError("SDPA disagrees with naive attention beyond 1e-4")
+    (name, goal), = ATTENTION
+    note = "hwopt.experiments.attention at N = 4096, 4 heads of 64, fp32: naive_attention vs sdpa"
+    fns = {"naive": lambda: attention.naive_attention(q, k, v), "sdpa": lambda: attention.sdpa(q, k, v)}
+    return Setup(fns, [Comparison(name, goal, ["naive"], ["sdpa"], note)])
+
+
+def setup_speculative(quick: bool) -> Setup:
+    """Lesson 10: speculative decoding's speedup predicted from the measured acceptance and step costs
+    (E / (v + k c)) over the speedup measured against plain greedy decoding, as the lesson builds them."""
+    speculative = need("experiments.speculative", "make_draft_and_target", "checked_run",
+                       "measure_step_costs", "random_prompt", "speculative_generate", "DECODE_THREADS")
+    cost = need("cost.speculative", "predicted_speedup")
+    td = need("experiments.tiny_decoder", "generate")
+    draft, target = speculative.make_draft_and_target(difference=0.3)
+    prompt = speculative.random_prompt(target.tok.num_embeddings)
+    k, new_tokens = 4, 32
+    run, same = speculative.checked_run(draft, target, prompt, new_tokens, k)
+    if not same:
+        raise ValueError("speculative decoding's tokens differ from the target's greedy tokens")
+    costs = speculative.measure_step_costs(draft, target, k)
+    predicted = cost.predicted_speedup(run.acceptance, k, costs.cost_ratio, costs.verify_ratio)
+
+    def on_threads(fn):
+        def call():
+            with bench.threads(speculative.DECODE_THREADS):
+                return fn()
+        return call
+
+    fns = {"target greedy": on_threads(lambda: td.generate(target, prompt, new_tokens)),
+           "speculative": on_threads(lambda: speculative.speculative_generate(draft, target, prompt,
+                                                                               new_tokens, k))}
+    (name, goal, goal_max), = SPECULATIVE
+    note = (f"hwopt.experiments.speculative, difference 0.3, k = {k}, {new_tokens} tokens: measured "
+            f"acceptance {run.acceptance:.2f}, c = {costs.cost_ratio:.2f}, v = {costs.verify_ratio:.2f}; "
+            f"predicted E / (v + k c) = {predicted:.2f}x (E / (1 + k c) = "
+            f"{cost.predicted_speedup(run.acceptance, k, costs.cost_ratio):.2f}x)")
+    return Setup(fns, [Comparison(name, goal, ["target greedy"], ["speculative"], note, goal_max, predicted)])
+
+
+EFFECTS: list[tuple[Callable[[bool], Setup], list[tuple]]] = [
     (setup_decode, DECODE),
     (setup_batching, BATCHING),
     (setup_fusion, FUSION),
     (setup_profiling, PROFILING),
     (setup_ort, ORT),
+    (setup_attention, ATTENTION),
+    (setup_speculative, SPECULATIVE),
 ]
 
 
@@ -207,8 +261,20 @@ def run_setup(setup: Setup, *, repeats: int) -> list[dict]:
         best = min(c.candidates, key=lambda k: res[k].median_s)
         picked = [c.note] * bool(c.note) + [f"fastest baseline: {base}"] * (len(c.baselines) > 1)
         note = "; ".join(picked + [f"best: {best}"] * (len(c.candidates) > 1))
-        rows.append(report.speedup_row(c.name, res[base], res[best], goal=c.goal, note=note))
+        if c.predicted is not None:
+            rows.append(report.prediction_row(c.name, res[base], res[best], c.predicted, c.goal, c.goal_max,
+                                              note))
+        else:
+            rows.append(report.speedup_row(c.name, res[base], res[best], goal=c.goal, note=note))
     return rows
+
+
+def _declared_row(declared: tuple, reason: str) -> dict:
+    """The 'not available' row of a declared (name, goal) or (name, goal, goal_max) effect."""
+    name, goal, *band = declared
+    if not band:
+        return report.unavailable_row(name, reason, goal=goal)
+    return {**report.unavailable_row(name, reason, goal=goal, kind="prediction"), "goal_max": band[0]}
 
 
 def measure(*, quick: bool, effects=None, progress=None) -> tuple[dict, list[str]]:
@@ -219,11 +285,10 @@ def measure(*, quick: bool, effects=None, progress=None) -> tuple[dict, list[str
         try:
             rows += run_setup(build(quick), repeats=repeats)
         except Unavailable as exc:
-            rows += [report.unavailable_row(name, str(exc), goal=goal) for name, goal in declared]
+            rows += [_declared_row(row, str(exc)) for row in declared]
         except Exception as exc:  # a lesson module that breaks must not take the report down with it
             last = traceback.format_exception_only(exc)[-1].strip()
-            rows += [report.unavailable_row(name, f"failed: {last[:200]}", goal=goal)
-                     for name, goal in declared]
+            rows += [_declared_row(row, f"failed: {last[:200]}") for row in declared]
         if progress:
             progress.update(1)
     notes.append(f"{repeats} interleaved repeats per effect (bench.compare); ratio = baseline median / "

@@ -19,15 +19,18 @@ MEETS, BELOW, NO_GOAL, UNAVAILABLE = "meets goal", "below goal", "no goal", "not
 VERDICTS = (MEETS, BELOW, NO_GOAL, UNAVAILABLE)
 
 
-def verdict(ratio: float | None, goal: float | None) -> str:
-    """'meets goal' when ratio >= goal, 'below goal' otherwise; 'no goal' / 'not available' when missing."""
+def verdict(ratio: float | None, goal: float | None, goal_max: float | None = None) -> str:
+    """'meets goal' when ratio >= goal (and <= goal_max, for a band), 'below goal' otherwise; 'no goal' /
+    'not available' when missing."""
     if ratio is None or (isinstance(ratio, float) and not math.isfinite(ratio)):
         return UNAVAILABLE
     if goal is None:
         return NO_GOAL
     if goal <= 0:
         raise ValueError(f"goal must be a positive ratio or None, got {goal!r}")
-    return MEETS if ratio >= goal else BELOW
+    if goal_max is not None and goal_max < goal:
+        raise ValueError(f"goal_max must be at least goal ({goal!r}), got {goal_max!r}")
+    return MEETS if goal <= ratio and (goal_max is None or ratio <= goal_max) else BELOW
 
 
 def time_stats(m: Measurement) -> dict:
@@ -70,6 +73,25 @@ def speedup_row(name: str, baseline: Measurement, candidate: Measurement, goal: 
         "ratio_q1": quantile(pairs, 0.25) if pairs else None,
         "ratio_q3": quantile(pairs, 0.75) if pairs else None,
         "ratio_of_best": baseline.min_s / candidate.min_s if candidate.min_s > 0 else None,
+        "baseline": time_stats(baseline), "candidate": time_stats(candidate), "note": note,
+    }
+
+
+def prediction_row(name: str, baseline: Measurement, candidate: Measurement, predicted: float,
+                   goal: float | None = None, goal_max: float | None = None, note: str = "") -> dict:
+    """How well a model predicted a speedup: predicted / measured (baseline median / candidate median), vs
+    the band goal..goal_max (1 = a perfect prediction)."""
+    if not (isinstance(predicted, int | float) and math.isfinite(predicted) and predicted > 0):
+        raise ValueError(f"predicted must be a positive speedup, got {predicted!r}")
+    measured = speedup(baseline, candidate)
+    pairs = sorted(predicted / r for r in paired_ratios(baseline, candidate))
+    ratio = predicted / measured
+    return {
+        "name": name, "kind": "prediction", "goal": goal, "goal_max": goal_max, "ratio": ratio,
+        "verdict": verdict(ratio, goal, goal_max),
+        "ratio_q1": quantile(pairs, 0.25) if pairs else None,
+        "ratio_q3": quantile(pairs, 0.75) if pairs else None,
+        "ratio_of_best": predicted * candidate.min_s / baseline.min_s if baseline.min_s > 0 else None,
         "baseline": time_stats(baseline), "candidate": time_stats(candidate), "note": note,
     }
 
@@ -222,7 +244,8 @@ _STATS = {
 _ROW = {
     "type": "object",
     "required": ["name", "kind", "goal", "ratio", "verdict", "baseline", "candidate", "note"],
-    "properties": {"name": {"type": "string"}, "kind": {"enum": ["speedup", "fidelity"]}, "goal": _NUM,
+    "properties": {"name": {"type": "string"}, "kind": {"enum": ["speedup", "fidelity", "prediction"]},
+                   "goal": _NUM, "goal_max": _NUM,
                    "ratio": _NUM, "ratio_q1": _NUM, "ratio_q3": _NUM, "ratio_of_best": _NUM,
                    "verdict": {"enum": list(VERDICTS)}, "baseline": _STATS, "candidate": _STATS,
                    "note": {"type": "string"}},
@@ -304,8 +327,10 @@ def _stats_cell(s: dict | None) -> str:
             f"n={s['repeats']})")
 
 
-def _goal_cell(goal) -> str:
-    return "-" if goal is None else f">= {_fmt(goal)}"
+def _goal_cell(goal, goal_max=None, unit: str = "") -> str:
+    if goal is None:
+        return "-"
+    return f">= {_fmt(goal)}{unit}" if goal_max is None else f"{_fmt(goal)}{unit}-{_fmt(goal_max)}{unit}"
 
 
 def ratio_table(rows: Sequence[dict], *, baseline_header: str = "baseline",
@@ -324,7 +349,8 @@ def ratio_table(rows: Sequence[dict], *, baseline_header: str = "baseline",
         else:
             ratio = f"**{_fmt(r['ratio'])}**"
         lines.append(
-            f"| {r['name']} | {ratio} | {_fmt(r.get('ratio_of_best'))} | {_goal_cell(r['goal'])} | "
+            f"| {r['name']} | {ratio} | {_fmt(r.get('ratio_of_best'))} | "
+            f"{_goal_cell(r['goal'], r.get('goal_max'))} | "
             f"{r['verdict']} | {_stats_cell(r['candidate'])} | {_stats_cell(r['baseline'])} |")
     notes = [f"- {r['name']}: {r['note']}" for r in rows if r.get("note")]
     return "\n".join(lines + ([""] + notes if notes else []))
@@ -418,8 +444,8 @@ def summary_table(doc: dict) -> str:
     for section in ("fidelity", "effects"):
         for r in doc[section]["rows"]:
             if r["goal"] is not None:
-                ratio, goal = _fmt(r["ratio"]), _fmt(r["goal"])
-                lines.append(f"| {r['name']} | {ratio}x | >= {goal}x | {r['verdict']} |")
+                ratio, goal = _fmt(r["ratio"]), _goal_cell(r["goal"], r.get("goal_max"), "x")
+                lines.append(f"| {r['name']} | {ratio}x | {goal} | {r['verdict']} |")
                 results.append(r["verdict"])
     ran = [r for r in doc["course_cost"]["notebooks"] if r["status"] != "skipped"]
     if ran:

@@ -6,9 +6,12 @@
 - machine/ (measuring the machine): hardware (what is this machine), specs (the chip table, data/chips.csv),
   bench (timing), probe (live ceilings: GB/s, FLOP/s), card (the machine card).
 - cost/ (models of cost): roofline, costs (time and dollars per chip), batching, serving (queueing),
-  footprint (memory capacity: weights + KV cache + activations).
+  footprint (memory capacity: weights + KV cache + activations), speculative (tokens per target step and the
+  speedup of speculative decoding).
 - experiments/ (what the lessons run): roofline_points, decode, lowbit_gemv, tiny_decoder, precision,
-  classifier, fusion, ort, profiling.
+  classifier, fusion, ort, profiling, speculative (draft and target decoders, speculative greedy decoding),
+  attention (naive vs fused vs tiled attention, the N x N score matrix), launch_overhead (per-op overhead,
+  CUDA graphs).
 - course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox), colab, quiz (the
   practice quiz's question bank and each student's draw from it).
 """

@@ -57,6 +57,7 @@ def _check_qkv(q, k, v) -> None:
         if t.dim() != 4 or not t.is_floating_point():
             raise ValueError(f"{name} must be a floating (batch, heads, seq_len, head_dim) tensor; "
                              f"got {t.dtype} of shape {tuple(t.shape)}")
+        arguments.finite_array(name, t, ndim=4)
     if q.shape[:2] != k.shape[:2] or k.shape != v.shape or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q, k and v must agree in batch, heads and head_dim (k and v in everything); got "
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")

@@ -57,9 +57,9 @@ class OverheadFit:
                 "elements")
 
 
-def fit_overhead(elements: Sequence[float], seconds: Sequence[float]) -> OverheadFit:
+def fit_overhead(elements: Sequence[int], seconds: Sequence[float]) -> OverheadFit:
     """Fit seconds per call = overhead + elements x per element; the intercept is the per-op overhead."""
-    x = arguments.finite_array("elements", elements, ndim=1, minimum=0).astype(float)
+    x = arguments.finite_array("elements", elements, ndim=1, integer=True, minimum=0).astype(float)
     y = arguments.finite_array("seconds", seconds, ndim=1, minimum=0).astype(float)
     if x.shape != y.shape or len(x) < 2 or np.ptp(x) == 0:
         raise ValueError("elements and seconds must be the same length, with at least two different sizes")
@@ -178,10 +178,12 @@ def cuda_graph(step: Callable[[], torch.Tensor], device="cuda") -> Callable[[], 
 def compare_graph(model: td.TinyDecoder, context_len: int = 32, device="cuda",
                   repeats: int = 15) -> dict[str, bench.Measurement]:
     """Interleaved timings of one decode step, eager and replayed from a CUDA graph (CUDA only)."""
+    arguments.instance("model", model, td.TinyDecoder)
+    arguments.count("context_len", context_len, "tokens")
+    arguments.count("repeats", repeats, "repeats")
     device = bench.resolve_device(device)
     if not device.startswith("cuda"):
         raise ValueError(f"device must be a CUDA device for a CUDA graph; got {device!r}")
-    arguments.count("repeats", repeats, "repeats")
     eager = decode_step(model, context_len, device)
     replay = cuda_graph(decode_step(model, context_len, device), device)
     if not torch.allclose(eager(), replay(), atol=1e-4, rtol=1e-4):

@@ -139,6 +139,8 @@ def acceptance_by_difference(differences, draft_len: int = 4, new_tokens: int = 
     """{difference: SpeculativeRun}: the measured acceptance as the target moves away from the draft
     (model_kwargs go to make_draft_and_target)."""
     values = arguments.finite_array("differences", differences, ndim=1, minimum=0, maximum=10.0)
+    arguments.between("draft_len", draft_len, 1, cost.MAX_DRAFT_LEN, integer=True)
+    arguments.count("new_tokens", new_tokens, "tokens")
     runs = {}
     with bench.threads(DECODE_THREADS):
         for d in values.tolist():

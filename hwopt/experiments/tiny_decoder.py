@@ -18,6 +18,7 @@ def causal_mask_after(past: int, new: int, device="cpu") -> torch.Tensor:
     """(new, past + new) bool mask: new token i sees every past token and the new tokens up to itself."""
     past = arguments.count("past", past, "tokens", minimum=0)
     new = arguments.count("new", new, "tokens")
+    device = device if isinstance(device, torch.device) else bench.resolve_device(device)
     return torch.ones(new, past + new, dtype=torch.bool, device=device).tril(diagonal=past)
 
 

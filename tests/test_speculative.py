@@ -17,7 +17,8 @@ def test_output_equals_the_target_greedy_output(difference, draft_len):
     prompt = sp.random_prompt(64, 5, seed=2)
     run = sp.speculative_generate(draft, target, prompt, 20, draft_len)
     assert torch.equal(run.tokens, td.generate(target, prompt, 20))
-    assert sp.checked_run(draft, target, prompt, 20, draft_len) == (run, True)
+    checked, same = sp.checked_run(draft, target, prompt, 20, draft_len)
+    assert same is True and torch.equal(checked.tokens, run.tokens)
     assert sum(n + 1 for n in run.accepted_per_step) >= 20 - 1  # every target step yields n + 1 tokens
 
 

@@ -29,7 +29,7 @@ def test_measured_overhead_is_positive_and_small_ops_cost_about_the_same():
     measured = lo.time_per_call([1, 16, 65536], repeats=3)
     fit = lo.fit_measurements(measured)
     assert 0 < fit.overhead_s < 1e-3  # a few microseconds on a CPU; never a millisecond
-    assert measured[16].median_s < 3 * measured[1].median_s  # 16 elements: still all overhead
+    assert measured[16].median_s < 5 * measured[1].median_s  # 16 elements: still all overhead, not 16x
     assert lo.plot_overhead(measured, fit) is not None
 
 

@@ -40,7 +40,9 @@ class Block(nn.Module):
         self.down = nn.Linear(4 * d_model, d_model)
 
     def forward(self, x, cache=None):
-        """x (batch, seq, d_model), cache (k, v) each (batch, heads, past, head_dim) -> (y, new cache)."""
+        """x (batch, seq, d_model), cache (k, v) each (batch, heads, past, head_dim) -> (y, new cache).
+
+        After a cache, the seq new tokens see every cached one and, causally, each other (verification)."""
         b, s, d = x.shape
         q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
         q, k, v = (t.view(b, s, self.n_heads, d // self.n_heads).transpose(1, 2) for t in (q, k, v))

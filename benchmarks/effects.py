@@ -70,6 +70,8 @@ PROFILING = [("profiling lesson's fix / slow pipeline", 2.0)]
 # run at least 10x the decode step's FLOP/s on any machine whose ridge point is above ~5 FLOP/byte.
 PHASES = [("prefill / decode-step arithmetic intensity", 10.0)]
 KV_BOUND = [("KV-bound decode slowdown predicted / measured", (0.7, 1.3))]
+ATTENTION = [("SDPA / naive attention at 4k tokens", 2.0)]
+SPECULATIVE = [("speculative speedup predicted / measured", (0.7, 1.3))]
 
 
 def setup_decode(quick: bool) -> Setup:
@@ -215,6 +217,54 @@ def setup_kv_bound(quick: bool) -> Setup:
                              predicted=predicted)])
 
 
+def setup_attention(quick: bool) -> Setup:
+    """Lesson 10: naive attention (N x N scores materialised) vs the fused kernel (SDPA) at 4096 tokens."""
+    attention = need("experiments.attention", "attention_inputs", "naive_attention", "sdpa")
+    import torch
+
+    q, k, v = attention.attention_inputs(4096)  # 4 heads of 64, fp32, batch 1: 268 MB of scores
+    with torch.inference_mode():
+        if float((attention.sdpa(q, k, v) - attention.naive_attention(q, k, v)).abs().max()) > 1e-4:
+            raise ValueError("SDPA disagrees with naive attention beyond 1e-4")
+    (name, goal), = ATTENTION
+    note = "hwopt.experiments.attention at N = 4096, 4 heads of 64, fp32: naive_attention vs sdpa"
+    fns = {"naive": lambda: attention.naive_attention(q, k, v), "sdpa": lambda: attention.sdpa(q, k, v)}
+    return Setup(fns, [Comparison(name, goal, ["naive"], ["sdpa"], note)])
+
+
+def setup_speculative(quick: bool) -> Setup:
+    """Lesson 10: speculative decoding's speedup predicted from the measured acceptance and step costs
+    (E / (v + k c)) over the speedup measured against plain greedy decoding, as the lesson builds them."""
+    speculative = need("experiments.speculative", "make_draft_and_target", "checked_run",
+                       "measure_step_costs", "random_prompt", "speculative_generate", "DECODE_THREADS")
+    cost = need("cost.speculative", "predicted_speedup")
+    td = need("experiments.tiny_decoder", "generate")
+    draft, target = speculative.make_draft_and_target(difference=0.3)
+    prompt = speculative.random_prompt(target.tok.num_embeddings)
+    k, new_tokens = 4, 32
+    run, same = speculative.checked_run(draft, target, prompt, new_tokens, k)
+    if not same:
+        raise ValueError("speculative decoding's tokens differ from the target's greedy tokens")
+    costs = speculative.measure_step_costs(draft, target, k)
+    predicted = cost.predicted_speedup(run.acceptance, k, costs.cost_ratio, costs.verify_ratio)
+
+    def on_threads(fn):
+        def call():
+            with bench.threads(speculative.DECODE_THREADS):
+                return fn()
+        return call
+
+    fns = {"target greedy": on_threads(lambda: td.generate(target, prompt, new_tokens)),
+           "speculative": on_threads(lambda: speculative.speculative_generate(draft, target, prompt,
+                                                                               new_tokens, k))}
+    (name, goal), = SPECULATIVE
+    note = (f"hwopt.experiments.speculative, difference 0.3, k = {k}, {new_tokens} tokens: measured "
+            f"acceptance {run.acceptance:.2f}, c = {costs.cost_ratio:.2f}, v = {costs.verify_ratio:.2f}; "
+            f"predicted E / (v + k c) = {predicted:.2f}x (E / (1 + k c) = "
+            f"{cost.predicted_speedup(run.acceptance, k, costs.cost_ratio):.2f}x)")
+    return Setup(fns, [Comparison(name, goal, ["target greedy"], ["speculative"], note, predicted=predicted)])
+
+
 EFFECTS: list[tuple[Callable[[bool], Setup], list[tuple[str, float | tuple[float, float] | None]]]] = [
     (setup_decode, DECODE),
     (setup_batching, BATCHING),
@@ -223,6 +273,8 @@ EFFECTS: list[tuple[Callable[[bool], Setup], list[tuple[str, float | tuple[float
     (setup_ort, ORT),
     (setup_phases, PHASES),
     (setup_kv_bound, KV_BOUND),
+    (setup_attention, ATTENTION),
+    (setup_speculative, SPECULATIVE),
 ]
 
 

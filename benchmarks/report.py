@@ -354,7 +354,8 @@ def ratio_table(rows: Sequence[dict], *, baseline_header: str = "baseline",
         else:
             ratio = f"**{_fmt(r['ratio'])}**"
         lines.append(
-            f"| {r['name']} | {ratio} | {_fmt(r.get('ratio_of_best'))} | {_goal_cell(r['goal'])} | "
+            f"| {r['name']} | {ratio} | {_fmt(r.get('ratio_of_best'))} | "
+            f"{_goal_cell(r['goal'])} | "
             f"{r['verdict']} | {_stats_cell(r['candidate'])} | {_stats_cell(r['baseline'])} |")
     notes = [f"- {r['name']}: {r['note']}" for r in rows if r.get("note")]
     return "\n".join(lines + ([""] + notes if notes else []))

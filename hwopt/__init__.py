@@ -7,11 +7,13 @@
   bench (timing), probe (live ceilings: GB/s, FLOP/s), card (the machine card).
 - cost/ (models of cost): roofline, costs (time and dollars per chip), batching, serving (queueing, chunked
   prefill), footprint (memory capacity: weights + KV cache + activations), phases (prefill and decode: FLOPs,
-  bytes, intensity), paging (contiguous vs paged KV-cache allocation).
+  bytes, intensity), paging (contiguous vs paged KV-cache allocation), speculative (tokens per target step and
+  the speedup of speculative decoding).
 - experiments/ (what the lessons run): roofline_points, decode, lowbit_gemv, tiny_decoder, precision,
   classifier, fusion, ort, profiling, prefill_decode (TTFT, decode vs context, KV precision on the tiny
   decoder), fake_quant (any format of formats, fp8/mxfp4/nvfp4 emulated), outliers (outlier channels,
-  SmoothQuant, AWQ).
+  SmoothQuant, AWQ), speculative (draft and target decoders, speculative greedy decoding), attention (naive vs
+  fused vs tiled attention, the N x N score matrix), launch_overhead (per-op overhead, CUDA graphs).
 - course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox), colab, quiz (the
   practice quiz's question bank and each student's draw from it), notebook_outputs (notebooks are committed
   without outputs).

@@ -65,6 +65,26 @@ def test_verdict_compares_the_ratio_with_the_goal(ratio, goal, expected):
     assert report.verdict(ratio, goal) == expected
 
 
+@pytest.mark.parametrize(("ratio", "expected"), [(0.69, report.BELOW), (0.7, report.MEETS),
+                                                (1.0, report.MEETS), (1.3, report.MEETS),
+                                                (1.31, report.BELOW)])
+def test_a_band_goal_wants_the_ratio_inside_it(ratio, expected):
+    assert report.verdict(ratio, (0.7, 1.3)) == expected
+    with pytest.raises(ValueError, match="band"):
+        report.verdict(1.0, (1.3, 0.7))
+
+
+def test_prediction_row_divides_the_predicted_speedup_by_the_measured_one():
+    row = report.prediction_row("spec", m("plain", [4, 5, 6]), m("fast", [2, 2, 3]), 2.0, goal=(0.7, 1.3))
+    assert row["ratio"] == pytest.approx(2.0 / 2.5) and row["verdict"] == report.MEETS
+    assert row["kind"] == "fidelity" and row["ratio_of_best"] == pytest.approx(2.0 / 2.0)
+    assert "| 0.700-1.30 |" in report.ratio_table([row])
+    assert report.prediction_row("spec", m("plain", [4, 4]), m("fast", [1, 1]), 2.0, 0.7, 1.3)["verdict"] == \
+        report.BELOW  # predicted 2x, measured 4x: the model is off by half
+    with pytest.raises(ValueError, match="predicted"):
+        report.prediction_row("spec", m("plain", [4]), m("fast", [2]), 0.0)
+
+
 def test_verdict_rejects_a_non_positive_goal():
     with pytest.raises(ValueError, match="goal"):
         report.verdict(1.0, 0)
@@ -350,6 +370,24 @@ def test_lesson_8_effects_are_declared_with_their_goals():
     assert effects.PHASES[0][1] == 10.0 and effects.KV_BOUND[0][1] == (0.7, 1.3)
     assert (effects.setup_phases, effects.PHASES) in effects.EFFECTS
     assert (effects.setup_kv_bound, effects.KV_BOUND) in effects.EFFECTS
+def test_a_prediction_comparison_becomes_a_prediction_row_and_a_band_survives_unavailability(monkeypatch):
+    fake_times = {"plain": [4.0, 4.0, 4.0], "fast": [2.0, 2.0, 2.0]}
+    monkeypatch.setattr(effects.bench, "compare", lambda fns, **kw: {k: m(k, fake_times[k]) for k in fns})
+
+    def predicted(quick):
+        return effects.Setup({"plain": lambda: None, "fast": lambda: None},
+                             [effects.Comparison("p", (0.7, 1.3), ["plain"], ["fast"], predicted=2.2)])
+
+    def missing(quick):
+        raise effects.Unavailable("not here")
+
+    section, _ = effects.measure(quick=True, effects=[(predicted, [("p", (0.7, 1.3))]),
+                                                      (missing, [("q", (0.7, 1.3))])])
+    row, gone = section["rows"]
+    assert row["ratio"] == pytest.approx(1.1) and row["verdict"] == report.MEETS and row["goal"] == (0.7, 1.3)
+    assert gone["verdict"] == report.UNAVAILABLE and gone["goal"] == (0.7, 1.3)
+    names = [name for _, declared in effects.EFFECTS for name, *_ in declared]
+    assert {"SDPA / naive attention at 4k tokens", "speculative speedup predicted / measured"} <= set(names)
 
 
 def test_per_item_divides_each_repeat_by_the_items_per_call():

@@ -36,11 +36,14 @@ from hypothesis import strategies as st
 import hwopt
 from hwopt import formats, plots, widgets
 from hwopt.cost import batching, costs, footprint, paging, phases, roofline, serving
+from hwopt.cost import speculative as speculative_cost
 from hwopt.experiments import (
+    attention,
     classifier,
     decode,
     fake_quant,
     fusion,
+    launch_overhead,
     lowbit_gemv,
     ort,
     outliers,
@@ -48,6 +51,7 @@ from hwopt.experiments import (
     prefill_decode,
     profiling,
     roofline_points,
+    speculative,
     tiny_decoder,
 )
 from hwopt.machine import bench, card, hardware, probe, specs
@@ -491,6 +495,47 @@ def chain_rows() -> list[dict]:
     results = {"compiled": bench.Measurement("compiled", (0.003, 0.003)),
                "compiled, out given": bench.Measurement("compiled, out given", (0.002, 0.002))}
     return fusion.report_rows(results, 1 << 20, {"compiled": 3, "compiled, out given": 3}, 20.0)
+
+
+SMALL_PAIR = {"vocab_size": 32, "d_model": 16, "draft_layers": 1, "extra_layers": 1, "n_heads": 2}
+
+
+@functools.cache
+def draft_and_target():
+    return speculative.make_draft_and_target(**SMALL_PAIR)
+
+
+@functools.cache
+def speculative_run() -> speculative.SpeculativeRun:
+    draft, target = draft_and_target()
+    return speculative.speculative_generate(draft, target, torch.tensor([[1, 2, 3]]), 6, 2)
+
+
+@functools.cache
+def step_costs() -> speculative.StepCosts:
+    return speculative.StepCosts(*(bench.Measurement(k, (t,) * 3) for k, t in
+                                   (("draft", 0.001), ("target", 0.004), ("verify", 0.005))), draft_len=2)
+
+
+def generation_timings() -> dict:
+    return {"target greedy": bench.Measurement("target greedy", (0.02, 0.02)),
+            "speculative": bench.Measurement("speculative", (0.01, 0.01))}
+
+
+@functools.cache
+def qkv():
+    return attention.attention_inputs(8, 2, 4)
+
+
+@functools.cache
+def attention_points() -> list:
+    times = {"naive": bench.Measurement("naive", (0.002, 0.002)),
+             "sdpa": bench.Measurement("sdpa", (0.001, 0.001))}
+    return [attention.AttentionPoint(64, 2, 8, times, {"naive": 70_000, "sdpa": 2_000})]
+
+
+def add_times() -> dict:
+    return {n: bench.Measurement(str(n), (1e-6 + n * 1e-9,) * 3) for n in (1, 100, 10_000)}
 
 
 def within(module: str, calls: dict) -> dict:
@@ -1098,6 +1143,85 @@ VALID: dict[str, Callable[[], Call]] = {
         "kv_bytes_read": lambda: call(tiny_decoder.kv_bytes_read, decoder(), 16, zero="context_len"),
         "bound_report": lambda: call(tiny_decoder.bound_report, decoder(), 1000.0, 20.0, 16,
                                      zero="context_len"),
+        "causal_mask_after": lambda: call(tiny_decoder.causal_mask_after, 3, 2, "cpu", zero="past"),
+        "truncate_caches": lambda: call(tiny_decoder.truncate_caches,
+                                        decoder()(torch.tensor([[1, 2, 3]]))[1], 2, zero="length",
+                                        opaque="caches"),
+    }),
+    **within("cost.speculative", {
+        "expected_tokens_per_step": lambda: call(speculative_cost.expected_tokens_per_step, 0.7, 4,
+                                                 zero="acceptance draft_len", bounded="acceptance"),
+        "simulate_tokens_per_step": lambda: call(speculative_cost.simulate_tokens_per_step, 0.7, 4, 100, 0,
+                                                 zero="acceptance draft_len seed", bounded="acceptance"),
+        "predicted_speedup": lambda: call(speculative_cost.predicted_speedup, 0.7, 4, 0.2, 1.5,
+                                          zero="acceptance draft_len cost_ratio",
+                                          bounded="acceptance cost_ratio verify_ratio"),
+        "best_draft_len": lambda: call(speculative_cost.best_draft_len, 0.7, 0.2, 8,
+                                       zero="acceptance cost_ratio", bounded="acceptance cost_ratio"),
+        "acceptance_rate": lambda: call(speculative_cost.acceptance_rate, [1, 4, 0], 4,
+                                        zero="accepted_per_step"),
+        "plot_speedup": lambda: call(speculative_cost.plot_speedup, 0.7, 0.2, 4,
+                                     zero="acceptance cost_ratio draft_len", bounded="acceptance cost_ratio"),
+        "speedup_summary": lambda: call(speculative_cost.speedup_summary, 0.7, 4, 0.2,
+                                        zero="acceptance cost_ratio draft_len",
+                                        bounded="acceptance cost_ratio"),
+        "speculative_explorer": lambda: call(speculative_cost.speculative_explorer, 0.2, zero="cost_ratio",
+                                             bounded="cost_ratio"),
+    }),
+    **within("experiments.speculative", {
+        "make_draft_and_target": lambda: call(speculative.make_draft_and_target, 32, 16, 1, 1, 2, 0.5, 0,
+                                              "cpu", zero="difference seed", bounded="difference"),
+        "speculative_generate": lambda: call(speculative.speculative_generate, *draft_and_target(),
+                                             torch.tensor([[1, 2, 3]]), 6, 2, zero="prompt"),
+        "checked_run": lambda: call(speculative.checked_run, *draft_and_target(), torch.tensor([[1, 2, 3]]),
+                                    6, 2, zero="prompt"),
+        "random_prompt": lambda: call(speculative.random_prompt, 32, 4, 0, "cpu", zero="seed"),
+        "acceptance_by_difference": lambda: call(speculative.acceptance_by_difference, [0.0, 1.0], 2, 4,
+                                                 zero="differences", **SMALL_PAIR),
+        "measure_step_costs": lambda: call(speculative.measure_step_costs, *draft_and_target(), 2, 4, "cpu",
+                                           1),
+        "compare_generation": lambda: call(speculative.compare_generation, *draft_and_target(),
+                                           torch.tensor([[1, 2, 3]]), 4, 2, "cpu", 1, zero="prompt"),
+        "predicted_over_measured": lambda: call(speculative.predicted_over_measured, speculative_run(),
+                                                step_costs(), generation_timings(), opaque="timings"),
+        "speedup_report": lambda: call(speculative.speedup_report, speculative_run(), step_costs(),
+                                       generation_timings(), opaque="timings"),
+    }),
+    **within("experiments.attention", {
+        "score_matrix_bytes": lambda: call(attention.score_matrix_bytes, 1024, 4, 1, 4),
+        "attention_inputs": lambda: call(attention.attention_inputs, 8, 2, 4, 1, 0, "cpu", zero="seed"),
+        "naive_attention": lambda: call(attention.naive_attention, *qkv(), signed="q k v", zero="q k v"),
+        "sdpa": lambda: call(attention.sdpa, *qkv(), signed="q k v", zero="q k v"),
+        "tiled_attention": lambda: call(attention.tiled_attention, *qkv(), 4, signed="q k v", zero="q k v"),
+        "max_abs_difference": lambda: call(attention.max_abs_difference, *qkv(), signed="q k v",
+                                           zero="q k v"),
+        "peak_memory_bytes": lambda: call(attention.peak_memory_bytes, noop, "cpu"),
+        "AttentionPoint.speedup": lambda: call(attention_points()[0].speedup, "sdpa"),
+        "measure_attention": lambda: call(attention.measure_attention, [8, 16], 2, 4, ["naive", "sdpa"],
+                                          "cpu", 1, opaque="variants"),
+        "fresh_memory_gbs": lambda: call(attention.fresh_memory_gbs, 1 << 16, "cpu", 1),
+        "predicted_naive_extra_s": lambda: call(attention.predicted_naive_extra_s, 1024, 4, 20.0, 2.0),
+        "attention_table": lambda: call(attention.attention_table, attention_points(), 20.0, 2.0),
+        "attention_sentence": lambda: call(attention.attention_sentence, attention_points()),
+        "plot_attention": lambda: call(attention.plot_attention, attention_points()),
+    }),
+    **within("experiments.launch_overhead", {
+        "time_per_call": lambda: call(launch_overhead.time_per_call, [1, 64], "cpu", 1),
+        "fit_overhead": lambda: call(launch_overhead.fit_overhead, [1, 100, 10_000], [2e-6, 2.1e-6, 1.2e-5],
+                                     zero="elements seconds"),
+        "fit_measurements": lambda: call(launch_overhead.fit_measurements, add_times(),
+                                         opaque="measurements"),
+        "plot_overhead": lambda: call(launch_overhead.plot_overhead, add_times(),
+                                      launch_overhead.fit_measurements(add_times()), opaque="measurements"),
+        "count_ops": lambda: call(launch_overhead.count_ops, noop),
+        "decode_step": lambda: call(launch_overhead.decode_step, decoder(), 4, "cpu"),
+        "overhead_share": lambda: call(launch_overhead.overhead_share, 100, 5e-6, 1e-3, zero="overhead_s"),
+        "step_report": lambda: call(launch_overhead.step_report, decoder(),
+                                    launch_overhead.fit_measurements(add_times()), "decode", "cpu", 1,
+                                    text="label"),
+        "cuda_graph": lambda: call(launch_overhead.cuda_graph, noop, "cuda", run_valid=False),
+        "compare_graph": lambda: call(launch_overhead.compare_graph, decoder(), 4, "cuda", 1,
+                                      run_valid=False),
     }),
     **within("formats", {
         "Format.describe": lambda: call(formats.get("int4_g32").describe),
@@ -1121,6 +1245,10 @@ VALID: dict[str, Callable[[], Call]] = {
 
 # Public callables not fed bad values, each with the reason.
 EXCLUDED: dict[str, str] = {
+    "experiments.speculative.SpeculativeRun": "a result of speculative.speculative_generate",
+    "experiments.speculative.StepCosts": "a result of speculative.measure_step_costs",
+    "experiments.attention.AttentionPoint": "a result of attention.measure_attention",
+    "experiments.launch_overhead.OverheadFit": "a result of launch_overhead.fit_overhead",
     "formats.Format": "the vocabulary of formats (hwopt/formats.py, tests/test_formats.py), not user input",
     "formats.Encoding": "the float encodings of formats (hwopt/formats.py, tests/test_fake_quant.py)",
     "experiments.fake_quant.BlockQuantized": "a result of fake_quant.quantize_blocks",

@@ -64,8 +64,23 @@ def test_bad_input(model):
     with pytest.raises(ValueError, match="max_len"):
         model(torch.zeros(1, 600, dtype=torch.long))
     _, caches = model(torch.zeros(1, 2, dtype=torch.long))
-    with pytest.raises(ValueError, match="one token"):
-        model(torch.zeros(1, 2, dtype=torch.long), caches, start=2)
+    with pytest.raises(ValueError, match="length"):
+        td.truncate_caches(caches, 3)
+
+
+def test_several_tokens_after_a_cache_match_the_full_forward(model):
+    """Speculative verification feeds k tokens after a cache: the mask lets each see the past and itself."""
+    assert td.causal_mask_after(2, 2).tolist() == [[True, True, True, False], [True, True, True, True]]
+    tokens = torch.tensor([[3, 1, 4, 1, 5, 9]])
+    with torch.inference_mode():
+        _, caches = model(tokens[:, :2])
+        several, _ = model(tokens[:, 2:], caches, start=2)
+        full, _ = model(tokens)
+        _, longer = model(tokens[:, :4])
+    assert torch.allclose(several, full[:, 2:], atol=1e-5)
+    kept = td.truncate_caches(longer, 2)
+    assert all(torch.allclose(k, c[0], atol=1e-5) and torch.allclose(v, c[1], atol=1e-5)
+               for (k, v), c in zip(kept, caches, strict=True))
 
 
 def test_tokens_per_s_cuda_path_synchronises_on_cpu(model, monkeypatch):

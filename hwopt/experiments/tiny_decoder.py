@@ -14,6 +14,14 @@ from hwopt import arguments
 from hwopt.machine import bench
 
 
+def causal_mask_after(past: int, new: int, device="cpu") -> torch.Tensor:
+    """(new, past + new) bool mask: new token i sees every past token and the new tokens up to itself."""
+    past = arguments.count("past", past, "tokens", minimum=0)
+    new = arguments.count("new", new, "tokens")
+    device = device if isinstance(device, torch.device) else bench.resolve_device(device)
+    return torch.ones(new, past + new, dtype=torch.bool, device=device).tril(diagonal=past)
+
+
 class Block(nn.Module):
     """Pre-norm transformer block: causal self-attention + 4x MLP, with an optional (k, v) cache."""
 
@@ -32,17 +40,20 @@ class Block(nn.Module):
         self.down = nn.Linear(4 * d_model, d_model)
 
     def forward(self, x, cache=None):
-        """x (batch, seq, d_model), cache (k, v) each (batch, heads, past, head_dim) -> (y, new cache)."""
+        """x (batch, seq, d_model), cache (k, v) each (batch, heads, past, head_dim) -> (y, new cache).
+
+        After a cache, the seq new tokens see every cached one and, causally, each other (verification)."""
         b, s, d = x.shape
-        if cache is not None and s > 1:
-            raise ValueError("with a cache, feed one token at a time (x must have seq = 1)")
         q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
         q, k, v = (t.view(b, s, self.n_heads, d // self.n_heads).transpose(1, 2) for t in (q, k, v))
+        mask = None
         if cache is not None:
             k = torch.cat([cache[0], k], dim=2)
             v = torch.cat([cache[1], v], dim=2)
+            if s > 1:  # several new tokens after a cache (speculative verification): causal among themselves
+                mask = causal_mask_after(k.shape[2] - s, s, x.device)
         # A causal mask is only needed when several new tokens attend among themselves (the prompt).
-        attn = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None and s > 1)
+        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=cache is None and s > 1)
         x = x + self.proj(attn.transpose(1, 2).reshape(b, s, d))
         x = x + self.down(F.gelu(self.up(self.norm2(x))))
         return x, (k, v)
@@ -81,6 +92,19 @@ class TinyDecoder(nn.Module):
             x, c = block(x, None if caches is None else caches[i])
             new.append(c)
         return self.head(self.norm(x)), new
+
+
+def truncate_caches(caches: list, length: int) -> list:
+    """The KV caches keeping only their first `length` positions (tokens rejected after a verification)."""
+    arguments.instance("caches", caches, (list, tuple))
+    length = arguments.count("length", length, "tokens", minimum=0)
+    for i, cache in enumerate(caches):
+        arguments.instance(f"caches[{i}]", cache, (list, tuple))
+        if len(cache) != 2 or not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in cache):
+            raise ValueError(f"caches[{i}] must be a (k, v) pair of (batch, heads, past, head_dim) tensors")
+        if length > cache[0].shape[2]:
+            raise ValueError(f"length must be at most the cached {cache[0].shape[2]} positions; got {length}")
+    return [(k[:, :, :length], v[:, :, :length]) for k, v in caches]
 
 
 def make_tiny_decoder(vocab_size: int = 8192, d_model: int = 1024, n_layers: int = 4, n_heads: int = 8,

@@ -68,6 +68,22 @@ class MachineCard:
         """True when the ceilings come from a live probe."""
         return self.bandwidth_gbs is not None
 
+    @property
+    def slug(self) -> str:
+        """A folder name for this device's runs: 'nvidia-h200', 'amd-epyc-avx512-2cpu' (CPU model, widest SIMD
+        set, logical cores: two CPUs of one model name but different SIMD sets record apart)."""
+        info = self.machine
+        if self.device.startswith("cuda") and info.gpus:
+            index = int(self.device.split(":")[1]) if ":" in self.device else 0
+            name = info.gpus[min(index, len(info.gpus) - 1)].name
+        elif self.device == "mps":
+            name = f"{info.cpu_model} gpu"
+        else:
+            tiers = {"AVX-512F": "avx512", "AVX2": "avx2", "AVX": "avx", "SVE": "sve", "NEON": "neon"}
+            simd = next((tier for flag, tier in tiers.items() if flag in info.simd), "")
+            name = f"{info.cpu_model} {simd} {info.logical_cores or ''}cpu"
+        return re.sub(r"[^a-z0-9]+", "-", name.lower().replace("(r)", "").replace("(tm)", "")).strip("-")
+
     def ridge_points(self) -> dict[str, float]:
         """Measured ridge point (FLOP/byte) per dtype: measured FLOP/s / measured bandwidth."""
         if not self.measured:

@@ -10,7 +10,10 @@
 - experiments/ (what the lessons run): roofline_points, decode, lowbit_gemv, tiny_decoder, precision,
   classifier, fusion, ort, profiling.
 - course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox), colab, quiz (the
-  practice quiz's question bank and each student's draw from it).
+  practice quiz's question bank and each student's draw from it), record (lessons run headless on a device,
+  saved in data/recordings/), site (the course as a website).
+- recordings: a lesson's headline figures, saved while a run is recorded, and other chips' recorded runs
+  read back for comparison.
 """
 
 __version__ = "0.1.0"

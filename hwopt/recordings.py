@@ -29,7 +29,8 @@ class Figure:
     unit: str = ""
 
     def __str__(self) -> str:
-        return f"{self.value:,.3g} {self.unit}".strip()
+        shown = f"{self.value:,.0f}" if abs(self.value) >= 1000 else f"{self.value:.3g}"
+        return f"{shown} {self.unit}".strip()
 
 
 def headline(name: str, value, unit: str = "") -> None:

@@ -54,7 +54,7 @@ def test_load_and_compare_a_recorded_run(tmp_path):
     assert run.notebook("03_batching") is None
     text = recordings.compare("02_memory_bandwidth", {"memory bandwidth": 42.0, "ceiling": 1.0}, tmp_path)
     assert text == ("memory bandwidth: yours 42 GB/s; NVIDIA H200 (cuda, recorded 2026-12-01): "
-                    "4.2e+03 GB/s = 100x yours")
+                    "4,200 GB/s = 100x yours")
     assert "No recorded run of 03_batching" in recordings.compare("03_batching", {"x": 1.0}, tmp_path)
     assert "hold none of ['ceiling']" in recordings.compare("02_memory_bandwidth", {"ceiling": 1.0}, tmp_path)
 

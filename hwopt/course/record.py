@@ -222,16 +222,23 @@ def device_name(card) -> str:
 
 
 def record(paths, out: Path | str | None = None, *, device: str = "auto", cell_timeout_s: int = 300,
-           probe: bool = True, allow_errors: bool = False, progress=print) -> tuple[Path, list[NotebookRun]]:
+           probe: bool = True, allow_errors: bool = False, machine=None,
+           progress=print) -> tuple[Path, list[NotebookRun]]:
     """Execute each notebook on device and save the run under out (default data/recordings/<chip>/).
 
+    probe: measure the machine card's ceilings (seconds); machine: a card already made for device.
     Figures and run rows of notebooks recorded there before (and not run now) are kept.
     Returns (the folder, the runs).
     """
     from hwopt.machine import bench, card
 
     chosen = bench.resolve_device(arguments.text("device", device))
-    machine = card.machine_card(probe=arguments.boolean("probe", probe), device=chosen, n_closest=3)
+    if machine is None:
+        machine = card.machine_card(probe=arguments.boolean("probe", probe), device=chosen, n_closest=3)
+    else:
+        arguments.instance("machine", machine, card.MachineCard)
+        if machine.device != chosen:
+            raise ValueError(f"machine must be the card of device {chosen!r}; got one of {machine.device!r}")
     folder = Path(out) if out is not None else recordings.RECORDINGS_DIR / machine.slug
     folder.mkdir(parents=True, exist_ok=True)
     paths = [Path(p) for p in paths]
@@ -250,7 +257,8 @@ def record(paths, out: Path | str | None = None, *, device: str = "auto", cell_t
     headline = _read_json(folder / recordings.HEADLINE_FILE)
     lessons = headline.get("lessons", {})
     for run in runs:
-        lessons[Path(run.path).stem] = {k: {"value": f.value, "unit": f.unit} for k, f in run.figures.items()}
+        lessons[Path(run.path).stem] = {k: {"value": float(f"{f.value:.4g}"), "unit": f.unit}
+                                        for k, f in run.figures.items()}
     today = datetime.date.today().isoformat()
     headline = {"chip": machine.slug, "device": chosen, "device_name": device_name(machine),
                 "recorded_on": today, "lessons": dict(sorted(lessons.items()))}

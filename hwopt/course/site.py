@@ -74,14 +74,17 @@ def _current(folder: Path, page: Page, root: Path, *, need_ok: bool) -> bool:
 def execute(pages: list[Page], executed: Path, *, device: str = "auto", only=None, root: Path = ROOT,
             progress=print) -> list[record.NotebookRun]:
     """Run the pages' notebooks into executed/ (those in only, else all), skipping those already current."""
+    from hwopt.machine import bench, card
+
     wanted = [p for p in pages if only is None or p.source.as_posix() in only]
-    runs = []
+    runs, machine = [], None
     for kind, allow_errors in (("lesson", False), ("assignment", True)):  # a release's blanks raise
         todo = [p for p in wanted
                 if p.kind == kind and not _current(executed, p, root, need_ok=not allow_errors)]
         if todo:
-            _, done = record.record([root / p.source for p in todo], executed, device=device,
-                                    allow_errors=allow_errors, progress=progress)
+            machine = machine or card.machine_card(probe=True, device=bench.resolve_device(device))
+            _, done = record.record([root / p.source for p in todo], executed, device=machine.device,
+                                    allow_errors=allow_errors, machine=machine, progress=progress)
             runs += done
     return runs
 

@@ -48,14 +48,16 @@ def headline(name: str, value, unit: str = "") -> None:
 
 
 def read_headlines(path: Path | str) -> dict[str, Figure]:
-    """The figures a lesson's run appended to path (the last value of each name wins), in order."""
-    figures: dict[str, Figure] = {}
+    """The figures a lesson's run appended to the file path (the last value of each name wins), in order."""
+    arguments.instance("path", path, (str, Path))
     path = Path(path)
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                figures[row["name"]] = Figure(float(row["value"]), row.get("unit", ""))
+    if not path.is_file():
+        raise ValueError(f"path must be a file of headline figures; got {str(path)!r}")
+    figures: dict[str, Figure] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            figures[row["name"]] = Figure(float(row["value"]), row.get("unit", ""))
     return figures
 
 
@@ -73,8 +75,8 @@ class Recording:
 
     @property
     def label(self) -> str:
-        """'NVIDIA H200 (cuda, recorded 2026-12-01)'."""
-        return f"{self.device_name} ({self.device}, recorded {self.recorded_on})"
+        """'NVIDIA H200 (cuda, 2026-12-01)': the device and the day of the run."""
+        return f"{self.device_name} ({self.device}, {self.recorded_on})"
 
     def notebook(self, lesson: str) -> Path | None:
         """The executed lesson (name without .ipynb, e.g. '02_memory_bandwidth') of this run, if recorded."""

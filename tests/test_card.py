@@ -183,3 +183,10 @@ def test_slug_names_the_gpu_or_the_cpu_model_simd_set_and_cores(monkeypatch, her
              for simd in (["AVX2", "FMA"], ["AVX2", "AVX-512F"], [])]
     assert slugs == ["intel-xeon-cpu-2-20ghz-avx2-2cpu", "intel-xeon-cpu-2-20ghz-avx512-2cpu",
                      "intel-xeon-cpu-2-20ghz-2cpu"]
+
+
+def test_widest_simd_picks_the_widest_vector_set_and_rejects_a_string():
+    assert card_module.widest_simd(["FMA", "AVX2", "AVX-512F"]) == "AVX-512F"
+    assert card_module.widest_simd(("NEON", "SVE")) == "SVE" and card_module.widest_simd([]) == ""
+    with pytest.raises(ValueError, match="simd must be"):
+        card_module.widest_simd("AVX2")

@@ -31,7 +31,8 @@ def test_headline_shows_nothing_and_writes_only_while_recording(tmp_path, monkey
     figures = recordings.read_headlines(target)
     assert figures == {"memory bandwidth": recordings.Figure(41.5, "GB/s"), "speedup": recordings.Figure(3.0)}
     assert str(figures["memory bandwidth"]) == "41.5 GB/s"
-    assert recordings.read_headlines(tmp_path / "absent.jsonl") == {}
+    with pytest.raises(ValueError, match="path must be a file of headline figures"):
+        recordings.read_headlines(tmp_path / "absent.jsonl")
 
 
 @pytest.mark.parametrize("kwargs, argument", [
@@ -48,12 +49,12 @@ def test_load_and_compare_a_recorded_run(tmp_path):
                                                                       "tiny decoder": (900.0, "tokens/s")}})
     assert recordings.available(tmp_path) == ["nvidia-h200"]
     run = recordings.load("nvidia-h200", tmp_path)
-    assert run.device == "cuda" and run.label == "NVIDIA H200 (cuda, recorded 2026-12-01)"
+    assert run.device == "cuda" and run.label == "NVIDIA H200 (cuda, 2026-12-01)"
     assert run.figures["02_memory_bandwidth"]["memory bandwidth"] == recordings.Figure(4200.0, "GB/s")
     assert run.notebook("02_memory_bandwidth").name == "02_memory_bandwidth.ipynb"
     assert run.notebook("03_batching") is None
     text = recordings.compare("02_memory_bandwidth", {"memory bandwidth": 42.0, "ceiling": 1.0}, tmp_path)
-    assert text == ("memory bandwidth: yours 42 GB/s; NVIDIA H200 (cuda, recorded 2026-12-01): "
+    assert text == ("memory bandwidth: yours 42 GB/s; NVIDIA H200 (cuda, 2026-12-01): "
                     "4,200 GB/s = 100x yours")
     assert "No recorded run of 03_batching" in recordings.compare("03_batching", {"x": 1.0}, tmp_path)
     assert "hold none of ['ceiling']" in recordings.compare("02_memory_bandwidth", {"ceiling": 1.0}, tmp_path)

@@ -135,7 +135,7 @@ def run_notebook(path: Path | str, *, device: str | None = None, cell_timeout_s:
         except (CellExecutionError, DeadKernelError):
             status = "error"
         seconds = time.perf_counter() - start
-        figures = recordings.read_headlines(figures_file) if headlines else {}
+        figures = recordings.read_headlines(figures_file) if figures_file.exists() else {}
     run = NotebookRun(_relative(path), status, seconds, nb, figures=figures, source_sha256=fingerprint)
     if status != "ok":
         run.cell, run.error = _failing_cell(nb, status == "timeout")
@@ -212,13 +212,20 @@ def _read_json(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
-def device_name(card) -> str:
-    """The device a card describes, in words: the GPU's name on CUDA, else the CPU model."""
-    info = card.machine
-    if card.device.startswith("cuda") and info.gpus:
-        index = int(card.device.split(":")[1]) if ":" in card.device else 0
+def device_name(machine) -> str:
+    """The device a machine card describes, in words: the GPU's name on CUDA, else the CPU's model, cores
+    and widest SIMD set ('AMD EPYC, 2 cores, AVX-512F': one model name covers CPUs of different SIMD sets)."""
+    from hwopt.machine import card
+
+    info = machine.machine
+    if machine.device.startswith("cuda") and info.gpus:
+        index = int(machine.device.split(":")[1]) if ":" in machine.device else 0
         return info.gpus[min(index, len(info.gpus) - 1)].name
-    return info.cpu_model
+    if machine.device == "mps":
+        return f"{info.cpu_model} GPU"
+    cores = f"{info.logical_cores} cores" if info.logical_cores else ""
+    parts = [info.cpu_model, cores, card.widest_simd(info.simd)]
+    return ", ".join(part for part in parts if part)
 
 
 def record(paths, out: Path | str | None = None, *, device: str = "auto", cell_timeout_s: int = 300,

@@ -258,7 +258,7 @@ def _write_index(pages, recorded, src: Path, build, build_card: str):
         f"page shows what its notebook printed when this site was built, on {built}; "
         "each has a Colab badge and a download link to run it yourself.", "",
         *toctree("Lessons", lessons), *toctree("Graded assignments (student versions)", tasks),
-        *toctree("Recorded runs on other machines", [f"recordings/{r.chip}/index" for r in recorded]),
+        *toctree("Recorded runs (make record)", [f"recordings/{r.chip}/index" for r in recorded]),
         _details("Machine card of the machine that built this site", build_card or "not recorded"), ""]
     if not recorded:
         lines += ["No recorded run yet: `make record DEVICE=cuda` on a GPU machine adds one.", ""]

@@ -36,6 +36,12 @@ def spec_for_device_name(device_name: str, chips=None) -> specs.Chip | None:
     return best
 
 
+def widest_simd(simd) -> str:
+    """The widest vector set among a machine's SIMD names: 'AVX-512F', 'AVX2', 'SVE', ... ('' if none)."""
+    arguments.instance("simd", simd, (list, tuple, set, frozenset))
+    return next((name for name in ("AVX-512F", "AVX2", "AVX", "SVE", "NEON") if name in simd), "")
+
+
 def _fp32_tflops(chip: specs.Chip) -> float | None:
     """A chip's fp32 matmul peak in TFLOP/s (matrix units where listed), None if the table has none."""
     return chip.peak_flops("fp32") / 1e12 if chip.has_dtype("fp32") else None
@@ -79,8 +85,7 @@ class MachineCard:
         elif self.device == "mps":
             name = f"{info.cpu_model} gpu"
         else:
-            tiers = {"AVX-512F": "avx512", "AVX2": "avx2", "AVX": "avx", "SVE": "sve", "NEON": "neon"}
-            simd = next((tier for flag, tier in tiers.items() if flag in info.simd), "")
+            simd = widest_simd(info.simd).replace("AVX-512F", "avx512")
             name = f"{info.cpu_model} {simd} {info.logical_cores or ''}cpu"
         return re.sub(r"[^a-z0-9]+", "-", name.lower().replace("(r)", "").replace("(tm)", "")).strip("-")
 

@@ -224,6 +224,9 @@ def _stage_recording(run: recordings.Recording, pages: list[Page], src: Path, ro
         stem = page.source.stem
         same = _current(run.folder, page, root, need_ok=False)
         note = "" if same else " It ran an earlier version of this lesson's cells."
+        row = _rows(run.folder).get(page.source.as_posix(), {})
+        if row.get("status", "ok") != "ok":
+            note += f" It stopped at cell {row.get('cell')} ({row['status']}): the traceback is below."
         header = "\n".join([
             f"**What this lesson printed on {run.label}.**{note} "
             f"The run of this site's build machine: {{doc}}`{page.title} <../../{page.name}>`.", "",

@@ -65,7 +65,11 @@ def test_the_site_builds_with_every_internal_link_resolving(built):
     assert all(run.ok for run in lesson_runs), [run.failure_report() for run in lesson_runs]
     assert built["broken"] == []
     for page in site.course_pages():
-        assert (built["html"] / f"{page.name}.html").exists(), f"no page for {page.source}"
+        html = built["html"] / f"{page.name}.html"
+        assert html.exists(), f"no page for {page.source}"
+        if page.source.as_posix() not in LIVE:  # each page says where its outputs come from
+            text = html.read_text(encoding="utf-8")
+            assert "from the recorded run on" in text or "Not executed in this build" in text, page.source
     for chip in recordings.available():
         assert (built["html"] / "recordings" / chip / "index.html").exists()
 

@@ -10,7 +10,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[course,test]'
+	$(PY) -m pip install --quiet -e '.[course,test,site]'
 	touch $(STAMP)
 
 env: $(STAMP)          ## create the environment if missing
@@ -72,3 +72,12 @@ release: env           ## regenerate release/ from source/ (commit the result)
 
 grade-demo: env grading-deps  ## grade the sample submissions end to end; report in artifacts/grading-demo/
 	$(PY) autograder/grade_class.py demo --timeout 10
+
+# The course as a website, and recorded runs of the lessons on one device (hwopt/course/site.py, record.py).
+.PHONY: site record
+site: env              ## every lesson and assignment executed here, rendered into build/site/html/ (offline)
+	$(PY) -m hwopt.course.site --out build/site $(ARGS)
+
+record: DEVICE ?= auto
+record: env            ## every lesson run on DEVICE (cpu, cuda, mps): saved in data/recordings/<chip>/
+	$(PY) -m hwopt.course.record --device $(DEVICE) $(ARGS)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from benchmarks import report
@@ -16,26 +15,16 @@ def course_notebooks(root: Path = ROOT) -> list[Path]:
 
 
 def execute_notebook(path: Path, *, cell_timeout_s: int = 300) -> dict:
-    """Run a notebook headless (nbclient, fresh kernel, cell_timeout_s per cell): its notebook row."""
-    import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+    """Run a notebook headless (hwopt.course.record's executor, cell_timeout_s per cell): its notebook row."""
+    from hwopt.course import record
 
-    full = Path(path).resolve()
-    rel = str(full.relative_to(ROOT)) if full.is_relative_to(ROOT) else str(path)
-    nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=cell_timeout_s, kernel_name="python3",
-                            resources={"metadata": {"path": str(Path(path).parent)}})
-    start = time.perf_counter()
-    try:
-        client.execute()
-    except CellTimeoutError:
-        return report.notebook_row(rel, time.perf_counter() - start, "timeout",
-                                   f"a cell ran past {cell_timeout_s} s")
-    except (CellExecutionError, DeadKernelError) as exc:
-        last = str(exc).strip().splitlines()[-1:] or ["error"]
-        return report.notebook_row(rel, time.perf_counter() - start, "error", last[0][:200])
-    return report.notebook_row(rel, time.perf_counter() - start, "ok")
+    run = record.run_notebook(path, cell_timeout_s=cell_timeout_s, headlines=False)
+    if run.status == "timeout":
+        return report.notebook_row(run.path, run.seconds, "timeout", f"a cell ran past {cell_timeout_s} s")
+    if run.status == "error":
+        last = run.error.strip().splitlines()[-1:] or ["error"]
+        return report.notebook_row(run.path, run.seconds, "error", last[0][:200])
+    return report.notebook_row(run.path, run.seconds, "ok")
 
 
 def measure_notebooks(*, quick: bool, cell_timeout_s: int = 300,

@@ -16,7 +16,10 @@
   fused vs tiled attention, the N x N score matrix), launch_overhead (per-op overhead, CUDA graphs).
 - course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox), colab, quiz (the
   practice quiz's question bank and each student's draw from it), notebook_outputs (notebooks are committed
-  without outputs).
+  without outputs), record (lessons run headless on a device, saved in data/recordings/), site (the course as
+  a website).
+- recordings: a lesson's headline figures, saved while a run is recorded, and other chips' recorded runs
+  read back for comparison.
 """
 
 __version__ = "0.1.0"

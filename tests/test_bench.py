@@ -305,6 +305,23 @@ def test_resolve_device_auto_prefers_cuda_then_mps_then_cpu(monkeypatch):
     assert bench.resolve_device("auto") == "cuda" and bench.resolve_device("cuda:1") == "cuda:1"
 
 
+def test_resolve_device_auto_follows_the_device_variable(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv(bench.DEVICE_ENV, "cpu")
+    assert bench.resolve_device("auto") == "cpu" and bench.resolve_device("cuda") == "cuda"
+    monkeypatch.setenv(bench.DEVICE_ENV, "cuda:1")
+    assert bench.resolve_device() == "cuda:1"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="is_available"):
+        bench.resolve_device()
+    for bad in ("gpu", "auto"):
+        monkeypatch.setenv(bench.DEVICE_ENV, bad)
+        with pytest.raises(ValueError, match="HWOPT_DEVICE must name a device"):
+            bench.resolve_device()
+    monkeypatch.setenv(bench.DEVICE_ENV, "")
+    assert bench.resolve_device() == "cpu"
+
+
 def test_resolve_device_rejects_unknown_and_unavailable(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)

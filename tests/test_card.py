@@ -170,3 +170,23 @@ def test_python_m_hwopt_info_prints_text_and_json():
                          capture_output=True, text=True, timeout=120, check=True).stdout
     d = json.loads(out)
     assert d["device"] == "cpu" and d["machine"]["logical_cores"] >= 1
+
+
+def test_slug_names_the_gpu_or_the_cpu_model_simd_set_and_cores(monkeypatch, here):
+    import hwopt.machine.bench
+
+    monkeypatch.setattr(hwopt.machine.bench, "resolve_device", lambda device="auto": "cuda")
+    assert machine_card(device="cuda", machine=gpu_machine(here, "NVIDIA H200")).slug == "nvidia-h200"
+    cpu = {**here.to_dict(), "gpus": [], "cpu_model": "Intel(R) Xeon(R) CPU @ 2.20GHz", "logical_cores": 2}
+    monkeypatch.setattr(hwopt.machine.bench, "resolve_device", lambda device="auto": "cpu")
+    slugs = [machine_card(machine=hardware.MachineInfo(**{**cpu, "simd": simd})).slug
+             for simd in (["AVX2", "FMA"], ["AVX2", "AVX-512F"], [])]
+    assert slugs == ["intel-xeon-cpu-2-20ghz-avx2-2cpu", "intel-xeon-cpu-2-20ghz-avx512-2cpu",
+                     "intel-xeon-cpu-2-20ghz-2cpu"]
+
+
+def test_widest_simd_picks_the_widest_vector_set_and_rejects_a_string():
+    assert card_module.widest_simd(["FMA", "AVX2", "AVX-512F"]) == "AVX-512F"
+    assert card_module.widest_simd(("NEON", "SVE")) == "SVE" and card_module.widest_simd([]) == ""
+    with pytest.raises(ValueError, match="simd must be"):
+        card_module.widest_simd("AVX2")

@@ -16,6 +16,7 @@ import contextlib
 import functools
 import importlib
 import inspect
+import json
 import pkgutil
 import shutil
 import signal
@@ -34,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hwopt
-from hwopt import formats, plots, widgets
+from hwopt import formats, plots, recordings, widgets
 from hwopt.cost import batching, costs, footprint, paging, phases, roofline, serving
 from hwopt.cost import speculative as speculative_cost
 from hwopt.experiments import (
@@ -422,6 +423,24 @@ def profiled():
 
 
 @functools.cache
+def recorded_folder() -> Path:
+    """A folder holding one chip's recorded run (headline.json, machine card, an executed lesson)."""
+    base = TMP / "recordings" / "nvidia-h200"
+    base.mkdir(parents=True)
+    lessons = {"02_memory_bandwidth": {"memory bandwidth": {"value": 4200.0, "unit": "GB/s"}}}
+    (base / recordings.HEADLINE_FILE).write_text(json.dumps({"device": "cuda", "lessons": lessons}))
+    (base / "02_memory_bandwidth.ipynb").write_text("{}")
+    return base.parent
+
+
+@functools.cache
+def headlines_file() -> Path:
+    path = TMP / "headlines.jsonl"
+    path.write_text(json.dumps({"name": "speedup", "value": 2.0, "unit": "x"}) + "\n")
+    return path
+
+
+@functools.cache
 def onnx_path() -> Path:
     return ort.linear_model(np.eye(4, dtype=np.float32), TMP / "linear.onnx")
 
@@ -743,6 +762,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "spec_for_device_name": lambda: call(card.spec_for_device_name, "Tesla T4", chips(),
                                              text="device_name"),
         "format_flops": lambda: call(card.format_flops, 1.3e11, "OP/s", zero="flops", text="unit"),
+        "widest_simd": lambda: call(card.widest_simd, ["AVX2", "FMA"]),
         "MachineCard.ridge_points": lambda: call(machine_card().ridge_points),
         "MachineCard.ceilings": lambda: call(machine_card().ceilings),
         "MachineCard.to_dict": lambda: call(machine_card().to_dict),
@@ -1227,6 +1247,18 @@ VALID: dict[str, Callable[[], Call]] = {
         "Format.describe": lambda: call(formats.get("int4_g32").describe),
         "Format.with_block": lambda: call(formats.get("int4_g128").with_block, 32),
     }),
+    **within("recordings", {
+        "headline": lambda: call(recordings.headline, "memory bandwidth", 40.0, "GB/s", signed="value",
+                                 zero="value", text="name unit"),
+        "read_headlines": lambda: call(recordings.read_headlines, headlines_file()),
+        "available": lambda: call(recordings.available, recorded_folder()),
+        "load": lambda: call(recordings.load, "nvidia-h200", recorded_folder()),
+        "load_folder": lambda: call(recordings.load_folder, recorded_folder() / "nvidia-h200"),
+        "compare": lambda: call(recordings.compare, "02_memory_bandwidth", {"memory bandwidth": 40.0},
+                                recorded_folder(), text="lesson", signed="figures"),
+        "Recording.notebook": lambda: call(recordings.load("nvidia-h200", recorded_folder()).notebook,
+                                           "02_memory_bandwidth", text="lesson"),
+    }),
     **within("widgets", {
         "int_slider": lambda: call(widgets.int_slider, "n", 1, 8, 4, step=1, unit="items",
                                    continuous_update=True, signed="min max value", text="label unit"),
@@ -1268,6 +1300,8 @@ EXCLUDED: dict[str, str] = {
     "experiments.prefill_decode.ContextSweep": "a result of prefill_decode.decode_vs_context",
     "machine.specs.Chip": "a row of hwopt/data/chips.csv, checked by specs.load_chips",
     "machine.card.MachineCard": "a result of card.machine_card",
+    "recordings.Figure": "a result of recordings.read_headlines and recordings.load",
+    "recordings.Recording": "a result of recordings.load",
     "machine.hardware.GPUInfo": "a result of hardware.cuda_gpus",
     "machine.hardware.MachineInfo": "a result of hardware.machine",
     "machine.probe.Ceilings": "a result of probe.probe",

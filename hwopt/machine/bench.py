@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import statistics
 import time
 import warnings
@@ -139,11 +140,24 @@ def _check_device(device) -> tuple[str, str]:
     return name, base
 
 
+DEVICE_ENV = "HWOPT_DEVICE"  # set (cpu, cuda, mps): what 'auto' means, e.g. for a recorded run of the lessons
+
+
 def resolve_device(device="auto") -> str:
-    """'auto' -> 'cuda' if available, else 'mps' if available, else 'cpu'; checks an explicit choice."""
+    """'auto' -> $HWOPT_DEVICE if set, else 'cuda' if available, else 'mps' if available, else 'cpu';
+    checks an explicit choice."""
     import torch
 
     name, base = _check_device(device)
+    if base == "auto" and os.environ.get(DEVICE_ENV, "").strip():
+        chosen = os.environ[DEVICE_ENV]
+        try:
+            auto = _check_device(chosen)[1] == "auto"
+        except ValueError:
+            auto = True
+        if auto:
+            raise ValueError(f"${DEVICE_ENV} must name a device (cpu, cuda, cuda:N or mps); got {chosen!r}")
+        return resolve_device(chosen)
     mps_ok = bool(getattr(torch.backends, "mps", None)) and torch.backends.mps.is_available()
     if base == "auto":
         return "cuda" if torch.cuda.is_available() else "mps" if mps_ok else "cpu"

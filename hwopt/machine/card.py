@@ -36,6 +36,12 @@ def spec_for_device_name(device_name: str, chips=None) -> specs.Chip | None:
     return best
 
 
+def widest_simd(simd) -> str:
+    """The widest vector set among a machine's SIMD names: 'AVX-512F', 'AVX2', 'SVE', ... ('' if none)."""
+    arguments.instance("simd", simd, (list, tuple, set, frozenset))
+    return next((name for name in ("AVX-512F", "AVX2", "AVX", "SVE", "NEON") if name in simd), "")
+
+
 def _fp32_tflops(chip: specs.Chip) -> float | None:
     """A chip's fp32 matmul peak in TFLOP/s (matrix units where listed), None if the table has none."""
     return chip.peak_flops("fp32") / 1e12 if chip.has_dtype("fp32") else None
@@ -67,6 +73,21 @@ class MachineCard:
     def measured(self) -> bool:
         """True when the ceilings come from a live probe."""
         return self.bandwidth_gbs is not None
+
+    @property
+    def slug(self) -> str:
+        """A folder name for this device's runs: 'nvidia-h200', 'amd-epyc-avx512-2cpu' (CPU model, widest SIMD
+        set, logical cores: two CPUs of one model name but different SIMD sets record apart)."""
+        info = self.machine
+        if self.device.startswith("cuda") and info.gpus:
+            index = int(self.device.split(":")[1]) if ":" in self.device else 0
+            name = info.gpus[min(index, len(info.gpus) - 1)].name
+        elif self.device == "mps":
+            name = f"{info.cpu_model} gpu"
+        else:
+            simd = widest_simd(info.simd).replace("AVX-512F", "avx512")
+            name = f"{info.cpu_model} {simd} {info.logical_cores or ''}cpu"
+        return re.sub(r"[^a-z0-9]+", "-", name.lower().replace("(r)", "").replace("(tm)", "")).strip("-")
 
     def ridge_points(self) -> dict[str, float]:
         """Measured ridge point (FLOP/byte) per dtype: measured FLOP/s / measured bandwidth."""

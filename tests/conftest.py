@@ -42,3 +42,17 @@ def pytest_sessionfinish(session, exitstatus):
             reporter.write_line(f"ERROR: {message}", red=True, bold=True)
         if session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A private PostgreSQL database for the session (stopped after); no server: skipped, but fails in CI."""
+    from hwopt.course.grading import gradebook
+
+    reason = gradebook.why_no_server()
+    if reason:
+        if os.environ.get("CI", "").lower() == "true":  # `make test` installs it: CI must not skip
+            pytest.fail(reason)
+        pytest.skip(reason)
+    with gradebook.LocalServer() as server:
+        yield server.url

@@ -336,8 +336,8 @@ def grade_task(course: Path, assignment: str, student: str, timeout_s: int | Non
 def grade_on_cluster(tasks: list[tuple[str, str]], workers: int, scheduler: str | None, done, **task):
     """Run grade_task on each (student, assignment) on a Dask cluster; done(row) as each one finishes.
 
-    scheduler: an existing cluster's address (its workers must import this file: `dask worker ADDRESS
-    --nthreads 1 --preload autograder/grade_class.py`); None starts a local one of `workers` processes.
+    scheduler: an existing cluster's address (its scheduler and workers must import this module: run them
+    with autograder/ on PYTHONPATH, workers with --nthreads 1); None starts a local one of `workers`.
     """
     import contextlib
 

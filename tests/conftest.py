@@ -45,8 +45,8 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 @pytest.fixture(scope="session")
-def postgres_url():
-    """A private PostgreSQL database for the session (stopped after); no server: skipped, but fails in CI."""
+def postgres_server():
+    """A private PostgreSQL server for the session (stopped after); no server: skipped, but fails in CI."""
     from hwopt.course.grading import gradebook
 
     reason = gradebook.why_no_server()
@@ -55,4 +55,11 @@ def postgres_url():
             pytest.fail(reason)
         pytest.skip(reason)
     with gradebook.LocalServer() as server:
-        yield server.url
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres_server):
+    """A fresh, empty database of the session's PostgreSQL server for one test: its SQLAlchemy URL."""
+    postgres_server.databases = getattr(postgres_server, "databases", 0) + 1
+    return postgres_server.create_database(f"test{postgres_server.databases}")

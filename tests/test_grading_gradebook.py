@@ -43,6 +43,17 @@ def test_a_local_server_takes_parallel_writers_and_leaves_nothing_behind(postgre
 
 
 @pytest.mark.slow
+def test_each_test_gets_a_database_of_its_own(postgres_url):
+    from sqlalchemy import create_engine, inspect
+
+    engine = create_engine(postgres_url)
+    try:
+        assert inspect(engine).get_table_names() == []  # nothing of another test's
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.slow
 def test_stopping_a_server_removes_its_folder():
     if gradebook.why_no_server():
         pytest.skip(gradebook.why_no_server())
@@ -58,6 +69,8 @@ def test_stopping_a_server_removes_its_folder():
 def test_a_database_name_is_a_plain_name():
     with pytest.raises(ValueError, match="database must be a plain name"):
         gradebook.LocalServer("grades; DROP TABLE")
+    with pytest.raises(RuntimeError, match="not running"):
+        gradebook.LocalServer().create_database("another")
 
 
 def test_the_server_programs_are_found_where_debian_puts_them():

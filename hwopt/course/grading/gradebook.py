@@ -84,9 +84,21 @@ class LocalServer:
     @property
     def url(self) -> str:
         """The SQLAlchemy URL of the database (postgresql://postgres@127.0.0.1:<port>/<database>)."""
+        return self.database_url(self.database)
+
+    def database_url(self, database: str) -> str:
+        """The SQLAlchemy URL of one of the server's databases."""
         if self.port is None:
             raise RuntimeError("the server is not running: start() it first")
-        return f"postgresql://{SERVER_USER}@127.0.0.1:{self.port}/{self.database}"
+        return f"postgresql://{SERVER_USER}@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self, database: str) -> str:
+        """A new, empty database on the running server; its SQLAlchemy URL."""
+        if not database.isidentifier():
+            raise ValueError(f"database must be a plain name (letters, digits, _); got {database!r}")
+        url = self.database_url(database)  # RuntimeError when not running
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", SERVER_USER, database)
+        return url
 
     def _run(self, program: str, *args: str) -> None:
         as_user = ["runuser", "-u", SERVER_USER, "--"] if os.geteuid() == 0 else []
@@ -122,7 +134,7 @@ class LocalServer:
                 except RuntimeError:
                     if attempt == 2:
                         raise
-            self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", SERVER_USER, self.database)
+            self.create_database(self.database)
         except BaseException:
             self.stop()
             raise

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: env lab test lint unit notebooks clean browser-deps grading-deps colab-overlay lab-settings
+.PHONY: env lab test lint unit notebooks clean browser-deps grading-deps gradebook-deps colab-overlay lab-settings
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,12 +36,20 @@ grading-deps:          ## install /usr/bin/bwrap via apt when missing
 	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bubblewrap; }
 
+# Parallel grading's gradebook: Debian's PostgreSQL server, installed once when missing (the tests start a private
+# one on 127.0.0.1 and stop it; an instructor grades into their own, README "Grading in parallel").
+gradebook-deps:        ## install PostgreSQL's server (initdb, pg_ctl) via apt when missing
+	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || command -v pg_ctl >/dev/null || \
+	  ! command -v apt-get >/dev/null || { \
+	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql; }
+
 # Colab compatibility test: Colab's widget and IPython versions (hwopt/course/colab_pip_freeze.txt) in a folder
 # prepended to PYTHONPATH.
 colab-overlay: env     ## Colab's ipywidgets 7.7.1 / IPython 7.34 stack in .venv-colab-overlay/
 	$(PY) -m hwopt.course.colab overlay .venv-colab-overlay
 
-test: env lab-settings browser-deps grading-deps colab-overlay  ## lint, then every test (unit, notebooks, grading, browser)
+test: env lab-settings browser-deps grading-deps gradebook-deps colab-overlay  ## lint, then every test (unit, notebooks, grading, browser)
 	ruff check .
 	$(PY) -m pytest
 

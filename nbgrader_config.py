@@ -10,7 +10,9 @@ HWOPT_GRADER_SECRET_FILE (default ~/.config/hwopt/grader-secret, made by `python
 secret`),
 HWOPT_GRADER_TIMEOUT_S (per cell, default 60), HWOPT_GRADER_MEMORY_GB (per kernel, default 4),
 HWOPT_GRADER_CPU_S (CPU seconds per kernel process, default 600), HWOPT_GRADER_MAX_PROCESSES (default 256),
-HWOPT_GRADER_UNSANDBOXED=1 (grade without a sandbox where none can start; the report flags it).
+HWOPT_GRADER_UNSANDBOXED=1 (grade without a sandbox where none can start; the report flags it),
+HWOPT_GRADER_DB_URL (the gradebook's SQLAlchemy URL, default SQLite in gradebook.db; parallel graders need a
+server: postgresql://user@host/db).
 """
 
 import os
@@ -24,7 +26,8 @@ c = get_config()  # noqa: F821 (provided by nbgrader when it loads this file)
 
 c.CourseDirectory.course_id = "hwopt"
 c.CourseDirectory.root = HERE
-c.CourseDirectory.db_url = "sqlite:///" + os.path.join(HERE, "gradebook.db")
+c.CourseDirectory.db_url = (os.environ.get("HWOPT_GRADER_DB_URL")
+                            or "sqlite:///" + os.path.join(HERE, "gradebook.db"))
 c.CourseDirectory.source_directory = "source"
 c.CourseDirectory.release_directory = "release"
 c.CourseDirectory.submitted_directory = "submitted"

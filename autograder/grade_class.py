@@ -1,10 +1,16 @@
 """Grade a class: every submission gets a score or an explicit, logged failure; one never stops the others.
 
 Runs nbgrader's own steps (generate_assignment, autograde, generate_feedback, export) through its Python
-API, one student and assignment at a time, with the repository's nbgrader_config.py:
+API with the repository's nbgrader_config.py, each student's assignment a task for a grading worker:
 
     python autograder/grade_class.py grade [--course .]        # a real class: submitted/ -> grades_report.csv
     python autograder/grade_class.py demo [--students 20]      # sample submissions, graded in artifacts/
+
+One worker grades the tasks in order (gradebook: SQLite, the course's gradebook.db). With a gradebook server
+(--db-url postgresql://..., or HWOPT_GRADER_DB_URL) the class is graded by --workers processes (default: one
+per core) of a Dask cluster: a local one, or an existing one (--scheduler tcp://host:8786) whose workers
+reach the course folder and the gradebook. Each worker keeps its nbgrader and the assignments' references
+across tasks; every submission still gets a fresh sandboxed kernel, under that worker's own uid.
 
 Before nbgrader sees a submission it is checked (notebook missing, not valid JSON/nbformat): such a
 submission is recorded as 0 with its reason instead of failing silently. After autograde the graded copy
@@ -46,6 +52,7 @@ LOG_NOTES = (
     (r"Kernel died|kernel died", "the kernel died"),
 )
 DEMO_SECRET = "grade-demo: not a secret"  # the demo's cases; a real class uses the instructor's secret
+DB_URL_ENV = "HWOPT_GRADER_DB_URL"  # the gradebook's SQLAlchemy URL (nbgrader_config.py reads it too)
 
 
 @dataclass
@@ -61,19 +68,24 @@ class Row:
     seconds: float = 0.0
 
 
-def load_config(course: Path, timeout_s: int | None = None):
-    """The repository's nbgrader_config.py, pointed at another course folder (and cell timeout)."""
+def gradebook_url(course: Path, db_url: str | None = None) -> str:
+    """The gradebook's SQLAlchemy URL: db_url, else $HWOPT_GRADER_DB_URL, else SQLite in the course folder."""
+    return db_url or os.environ.get(DB_URL_ENV) or f"sqlite:///{course / 'gradebook.db'}"
+
+
+def load_config(course: Path, timeout_s: int | None = None, db_url: str | None = None):
+    """The repository's nbgrader_config.py, pointed at another course folder (cell timeout, gradebook)."""
     from traitlets.config.loader import PyFileConfigLoader
 
     cfg = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
     cfg.CourseDirectory.root = str(course)
-    cfg.CourseDirectory.db_url = f"sqlite:///{course / 'gradebook.db'}"
+    cfg.CourseDirectory.db_url = gradebook_url(course, db_url)
     if timeout_s is not None:
         cfg.Execute.timeout = timeout_s
     return cfg
 
 
-def make_api(course: Path, timeout_s: int | None = None):
+def make_api(course: Path, timeout_s: int | None = None, db_url: str | None = None):
     """nbgrader's API object for the course folder."""
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
@@ -81,7 +93,7 @@ def make_api(course: Path, timeout_s: int | None = None):
     bin_dir = str(Path(sys.executable).parent)  # nbgrader creates a gradebook by running `alembic`
     if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
-    cfg = load_config(course, timeout_s)
+    cfg = load_config(course, timeout_s, db_url)
     return NbGraderAPI(coursedir=CourseDirectory(config=cfg), config=cfg)
 
 
@@ -275,28 +287,116 @@ def ready_to_grade() -> str | None:
     return reason
 
 
+def register_students(api, students) -> None:
+    """Put every student in the gradebook before grading, so that parallel workers never create one twice."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(api.coursedir.db_url, api.coursedir.course_id) as gb:
+        for student in students:
+            gb.update_or_create_student(student)
+
+
+def plan_workers(workers: int | None, db_url: str, scheduler: str | None, log=print) -> int:
+    """How many grading workers: workers, default one per core; one where the gradebook takes one writer."""
+    from hwopt.course.grading import gradebook
+
+    parallel_ok = gradebook.takes_parallel_writers(db_url)
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+        raise ValueError(f"workers must be a positive integer (or None: one per core); got {workers!r}")
+    if scheduler and not parallel_ok:
+        raise ValueError(f"scheduler: a cluster's workers need a gradebook server (db_url postgresql://...), "
+                         f"got db_url {db_url!r}")
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        if not parallel_ok and workers > 1:
+            log(f"one grading worker: the SQLite gradebook takes one writer at a time (for {workers}, "
+                f"grade into a PostgreSQL server: --db-url or {DB_URL_ENV})")
+            workers = 1
+    elif workers > 1 and not parallel_ok:
+        raise ValueError(f"workers: {workers} workers need a gradebook that takes parallel writers "
+                         f"(db_url postgresql://...); SQLite does not, got db_url {db_url!r}")
+    return workers
+
+
+_worker_apis: dict = {}  # per worker process: the nbgrader API of each course it grades (kept across tasks)
+
+
+def grade_task(course: Path, assignment: str, student: str, timeout_s: int | None, force: bool,
+               db_url: str) -> Row:
+    """One task of a grading worker: one student's assignment; never raises (a grader error is a row)."""
+    try:
+        key = (str(course), timeout_s, db_url)
+        if key not in _worker_apis:
+            _worker_apis[key] = make_api(course, timeout_s, db_url)
+        return grade_one(_worker_apis[key], course, assignment, student, force=force)
+    except Exception as err:  # a bug of ours or nbgrader's: report it, grade the others
+        return Row(student, assignment, status="grader error", notes=[f"{type(err).__name__}: {err}"])
+
+
+def grade_on_cluster(tasks: list[tuple[str, str]], workers: int, scheduler: str | None, done, **task):
+    """Run grade_task on each (student, assignment) on a Dask cluster; done(row) as each one finishes.
+
+    scheduler: an existing cluster's address (its scheduler and workers must import this module: run them
+    with autograder/ on PYTHONPATH, workers with --nthreads 1); None starts a local one of `workers`.
+    """
+    import contextlib
+
+    from distributed import Client, LocalCluster, as_completed
+
+    with contextlib.ExitStack() as stack:
+        if scheduler:
+            client = stack.enter_context(Client(scheduler))
+        else:
+            cluster = stack.enter_context(LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                memory_limit=0, silence_logs=40))  # kernels' memory is the sandbox's to limit; errors only
+            client = stack.enter_context(Client(cluster))
+        futures = {client.submit(grade_task, assignment=a, student=s, pure=False, **task): (s, a)
+                   for s, a in tasks}
+        for future in as_completed(futures):
+            student, assignment = futures[future]
+            try:
+                done(future.result())
+            except Exception as err:  # the worker died under the task (Dask gave up retrying it)
+                done(Row(student, assignment, status="grader error", notes=[f"{type(err).__name__}: {err}"]))
+
+
 def grade_class(course: Path, assignments=samples.ASSIGNMENTS, timeout_s: int | None = None,
-                force: bool = True, log=print) -> list[Row]:
-    """Grade every student folder in course/submitted for each assignment; write the report and grades.csv."""
+                force: bool = True, log=print, workers: int | None = None, db_url: str | None = None,
+                scheduler: str | None = None) -> list[Row]:
+    """Grade every student folder in course/submitted for each assignment; write the report and grades.csv.
+
+    workers: grading processes (default: one per core where the gradebook takes parallel writers, else 1);
+    db_url: the gradebook (default gradebook_url's); scheduler: an existing Dask cluster's address.
+    """
     unsandboxed = ready_to_grade()
-    api = make_api(course, timeout_s)
+    db_url = gradebook_url(course, db_url)
+    workers = plan_workers(workers, db_url, scheduler, log)
+    api = make_api(course, timeout_s, db_url)
     release(api, course, assignments)
     submitted = course / "submitted"
     students = sorted(p.name for p in submitted.iterdir() if p.is_dir()) if submitted.is_dir() else []
     if not students:
         log(f"no submissions in {submitted} (run nbgrader zip_collect or collect first)")
-    rows = []
-    for student in students:
-        for assignment in assignments:
-            try:
-                row = grade_one(api, course, assignment, student, force=force)
-            except Exception as err:  # a bug of ours or nbgrader's: report it, grade the others
-                row = Row(student, assignment, status="grader error", notes=[f"{type(err).__name__}: {err}"])
-            if unsandboxed and row.status != "not submitted":
-                row.notes.append(f"graded WITHOUT a sandbox ({unsandboxed})")
-            rows.append(row)
-            log(f"{student:>14} {assignment:<20} {row.score:5.1f}/{row.max_score:<5.1f} {row.status:<17} "
-                f"{'; '.join(row.notes)}")
+    register_students(api, students)
+    tasks = [(student, assignment) for student in students for assignment in assignments]
+    graded: dict[tuple[str, str], Row] = {}
+
+    def done(row: Row) -> None:
+        if unsandboxed and row.status != "not submitted":
+            row.notes.append(f"graded WITHOUT a sandbox ({unsandboxed})")
+        graded[row.student, row.assignment] = row
+        log(f"{row.student:>14} {row.assignment:<20} {row.score:5.1f}/{row.max_score:<5.1f} {row.status:<17} "
+            f"{'; '.join(row.notes)}")
+
+    task = {"course": course, "timeout_s": timeout_s, "force": force, "db_url": db_url}
+    if workers == 1 and not scheduler:
+        _worker_apis[str(course), timeout_s, db_url] = api  # this process is the one worker
+        for student, assignment in tasks:
+            done(grade_task(assignment=assignment, student=student, **task))
+    elif tasks:
+        grade_on_cluster(tasks, workers, scheduler, done, **task)
+    rows = [graded[t] for t in tasks]  # the report's order, whoever graded what first
     write_report(rows, course / "grades_report.csv")
     export(api, course)
     return rows
@@ -311,7 +411,8 @@ def cpu_seconds() -> float:
 
 
 def demo(course: Path, n_students: int | None = None, timeout_s: int | None = None,
-         targets_only: bool = False, log=print) -> dict:
+         targets_only: bool = False, log=print, workers: int | None = None,
+         db_url: str | None = None) -> dict:
     """Grade the sample students (or a class of n_students cycling through them); return timing figures.
 
     Every student submits every assignment unless targets_only (each sample only what it is about).
@@ -320,22 +421,23 @@ def demo(course: Path, n_students: int | None = None, timeout_s: int | None = No
     if demo_secret:  # for this run only: a real class graded later in this process uses the real secret
         os.environ[judge.SECRET_ENV] = DEMO_SECRET
     try:
-        return _demo(course, n_students, timeout_s, targets_only, log)
+        return _demo(course, n_students, timeout_s, targets_only, log, workers, db_url)
     finally:
         if demo_secret:
             os.environ.pop(judge.SECRET_ENV, None)
 
 
-def _demo(course: Path, n_students: int | None, timeout_s: int | None, targets_only: bool, log) -> dict:
+def _demo(course: Path, n_students: int | None, timeout_s: int | None, targets_only: bool, log,
+          workers: int | None, db_url: str | None) -> dict:
     if course.exists():
         shutil.rmtree(course)
     prepare_course(course)
-    api = make_api(course, timeout_s)
+    api = make_api(course, timeout_s, db_url)
     release(api, course, samples.ASSIGNMENTS)
     students = samples.class_of(n_students) if n_students else None
     written = samples.write_submissions(course / "submitted", students, targets_only, root=ROOT)
     start, cpu_start = time.perf_counter(), cpu_seconds()
-    rows = grade_class(course, timeout_s=timeout_s, log=log)
+    rows = grade_class(course, timeout_s=timeout_s, log=log, workers=workers, db_url=db_url)
     seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
     n = max(1, len(written))
     figures = {"students": len({r.student for r in rows}), "notebooks_submitted": len(written), "rows": rows,
@@ -354,15 +456,23 @@ def main(argv=None) -> int:
     d = sub.add_parser("demo", help="grade the sample submissions in a scratch course folder")
     d.add_argument("--course", type=Path, default=ROOT / "artifacts" / "grading-demo")
     d.add_argument("--students", type=int, default=None, help="class size (cycles through the samples)")
+    g.add_argument("--scheduler", default=None, help="an existing Dask cluster's address (tcp://host:8786)")
     for p in (g, d):
         p.add_argument("--timeout", type=int, default=None, help="seconds per cell (default: config)")
+        p.add_argument("--workers", type=int, default=None,
+                       help="grading processes (default: one per core with a gradebook server, else 1)")
+        p.add_argument("--db-url", default=None, help=f"the gradebook's SQLAlchemy URL (default: "
+                       f"${DB_URL_ENV}, else SQLite in the course folder; parallel workers need postgresql://)")
     args = parser.parse_args(argv)
     if args.command == "demo":
-        demo(args.course.resolve(), args.students, args.timeout)
+        demo(args.course.resolve(), args.students, args.timeout, workers=args.workers, db_url=args.db_url)
         return 0
-    rows = grade_class(args.course.resolve(), timeout_s=args.timeout, force=not args.no_force)
+    rows = grade_class(args.course.resolve(), timeout_s=args.timeout, force=not args.no_force,
+                       workers=args.workers, db_url=args.db_url, scheduler=args.scheduler)
     return 0 if all(r.status in ("ok", "not submitted") for r in rows) else 1
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    import grade_class  # this file as a module of its name, so that cluster workers find grade_task in it
+
+    raise SystemExit(grade_class.main())

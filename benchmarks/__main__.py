@@ -61,8 +61,10 @@ def _section_notebooks(doc, ctx):
 
 def _section_grading(doc, ctx):
     with quiet_stderr(ctx["build"] / "grading.log"):  # kernels started by nbgrader talk on stderr
-        honest, samples, series, notes = grading.measure(quick=ctx["quick"], class_size=ctx["class_size"])
+        honest, samples, series, notes, parallel = grading.measure(quick=ctx["quick"],
+                                                                   class_size=ctx["class_size"])
     doc["course_cost"]["grading_honest"] = honest
+    doc["course_cost"]["grading_parallel"] = parallel
     doc["course_cost"]["grading"] = samples
     doc["scaling"]["grading"] = series
     doc["course_cost"]["notes"] += notes
@@ -119,7 +121,10 @@ def run(out_dir: Path, *, quick: bool, sections=SECTIONS, class_size: int | None
         "machine": {}, "section_s": {},
         "fidelity": {"rows": [], "notes": [skipped]}, "effects": {"rows": [], "notes": [skipped]},
         "course_cost": {"notebooks": [], "grading": {"available": False, "reason": skipped},
-                        "grading_honest": report.grading_unavailable(skipped), "notes": []},
+                        "grading_honest": report.grading_unavailable(skipped),
+                        "grading_parallel": report.parallel_grading_unavailable(
+                            skipped, grading.grading_workers()),
+                        "notes": []},
         "scaling": {"bandwidth": [], "gemv": [], "grading": [], "notes": []},
         "noise": {}, "plots": {},
     }

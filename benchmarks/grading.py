@@ -6,7 +6,9 @@ assignment at a time, every kernel in the kit's sandbox, points from the judge) 
 - the honest class: N students who all submit the correct solution of every assignment; its mean seconds
   per notebook is the report's grading goal (what grading costs per submission, not per timeout);
 - the sample mix: the kit's `demo` with a class cycling through every sample student (broken ones, ones whose
-  cells hang until the cell timeout, the attack samples); its time-vs-class-size series is the grading plot.
+  cells hang until the cell timeout, the attack samples); its time-vs-class-size series is the grading plot;
+- the honest class again, graded in parallel by one Dask worker per core on a private PostgreSQL gradebook:
+  the parallel grading goal is its speedup over the serial run, with the same scores.
 """
 
 from __future__ import annotations
@@ -210,37 +212,96 @@ def _failure(exc: BaseException, what: str) -> str:
     return f"{what} failed: {last[:200]}"
 
 
-def measure_honest(kit, *, quick: bool, n_students: int | None = None,
-                   sandbox_reason: str | None = None) -> dict:
-    """The grading goal's figures (report.grading_row) for a class that submits only correct solutions.
+def grade_honest_class(kit, n: int, *, sandbox_reason: str | None = None, **options):
+    """Grade n students who submit the correct solution of every assignment: (rows, written, wall s, CPU s).
 
-    sandbox_reason: why the sandbox cannot start here; the class (the course's own solutions, nothing
-    hostile) is then graded without it and the row says so instead of claiming the sandboxed goal.
+    options go to the kit's grade_class (workers, db_url); generate_assignment runs before the clock starts.
     """
-    n = n_students or HONEST_STUDENTS[quick]
-    if n < 1:
-        raise ValueError(f"n_students must be a positive integer, got {n}")
     course = Path(tempfile.mkdtemp(prefix="bench-grading-honest-")) / "course"
     try:
         with environment(**{SECRET_ENV: kit.DEMO_SECRET, UNSANDBOXED_ENV: "1" if sandbox_reason else None}), \
                 contextlib.redirect_stdout(io.StringIO()):
             kit.prepare_course(course)
-            kit.release(kit.make_api(course), course, kit.samples.ASSIGNMENTS)
+            server = {"db_url": options["db_url"]} if "db_url" in options else {}
+            api = kit.make_api(course, **server)
+            kit.release(api, course, kit.samples.ASSIGNMENTS)
             written = kit.samples.write_submissions(
                 course / "submitted", {f"student{i + 1:02d}": "correct" for i in range(n)}, root=kit.ROOT)
             with TreeCPU() as cpu:
                 start = time.perf_counter()
-                rows = kit.grade_class(course, log=lambda *a, **k: None)
+                rows = kit.grade_class(course, log=lambda *a, **k: None, **options)
                 wall_s = time.perf_counter() - start
-    except (Exception, SystemExit) as exc:  # the kit's failure is reported, not fatal (SystemExit: not ready)
-        return report.grading_unavailable(_failure(exc, "the honest class run"))
     finally:
         shutil.rmtree(course.parent, ignore_errors=True)
+    return rows, written, wall_s, cpu.seconds
+
+
+def measure_honest(kit, *, quick: bool, n_students: int | None = None,
+                   sandbox_reason: str | None = None, graded: list | None = None) -> dict:
+    """The grading goal's figures (report.grading_row) for a class that submits only correct solutions.
+
+    sandbox_reason: why the sandbox cannot start here; the class (the course's own solutions, nothing
+    hostile) is then graded without it and the row says so instead of claiming the sandboxed goal.
+    graded: a list that receives the graded rows (the parallel run compares its scores with them).
+    """
+    n = n_students or HONEST_STUDENTS[quick]
+    if n < 1:
+        raise ValueError(f"n_students must be a positive integer, got {n}")
+    try:
+        rows, written, wall_s, cpu_s = grade_honest_class(kit, n, sandbox_reason=sandbox_reason)
+    except (Exception, SystemExit) as exc:  # the kit's failure is reported, not fatal (SystemExit: not ready)
+        return report.grading_unavailable(_failure(exc, "the honest class run"))
     if len(rows) != len(written):
         return report.grading_unavailable(f"{len(written)} notebooks submitted, {len(rows)} graded")
+    if graded is not None:
+        graded.extend(rows)
     short = [r for r in rows if r.status != "ok" or r.score != r.max_score or r.max_score <= 0]
-    return report.grading_row([r.seconds for r in rows], wall_s, cpu.seconds, students=n,
+    return report.grading_row([r.seconds for r in rows], wall_s, cpu_s, students=n,
                               sandbox_reason=sandbox_reason, not_full_marks=len(short))
+
+
+def grading_workers() -> int:
+    """The parallel run's workers: one per core this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def scores(rows) -> list[tuple]:
+    """What must not depend on how a class is graded: each row's student, assignment, score, status."""
+    return [(r.student, r.assignment, r.score, r.max_score, r.status) for r in rows]
+
+
+def measure_parallel(kit, serial: dict, serial_rows: list, *, workers: int | None = None) -> dict:
+    """The parallel grading goal: the serial run's honest class graded by `workers` Dask workers (default:
+    one per core) on a private PostgreSQL gradebook; speedup = serial wall time / parallel wall time."""
+    workers = workers or grading_workers()
+    if workers < 2:
+        return report.parallel_grading_unavailable("one core here: nothing runs in parallel", workers)
+    if serial.get("verdict") not in (report.MEETS, report.BELOW):
+        why = serial.get("reason") or serial.get("note") or "no verdict"
+        return report.parallel_grading_unavailable(f"the serial run it compares with has no verdict ({why})",
+                                                   workers)
+    try:
+        from hwopt.course.grading import gradebook
+    except ImportError as exc:
+        return report.parallel_grading_unavailable(f"hwopt.course.grading is not importable ({exc})", workers)
+    reason = gradebook.why_no_server()
+    if reason:
+        return report.parallel_grading_unavailable(reason, workers)
+    load_1min = os.getloadavg()[0]
+    try:
+        with gradebook.LocalServer() as server:
+            rows, written, wall_s, cpu_s = grade_honest_class(kit, serial["students"], workers=workers,
+                                                              db_url=server.url)
+    except (Exception, SystemExit) as exc:
+        return report.parallel_grading_unavailable(_failure(exc, "the parallel run"), workers)
+    cpu_per_nb = cpu_s / len(written)
+    note = (f"the honest class above ({serial['students']} students, {len(written)} notebooks) graded "
+            f"again by {workers} workers of a local Dask cluster (started inside the timed run) into a "
+            f"private PostgreSQL gradebook, against the serial run into SQLite; CPU {cpu_per_nb:.2f} s "
+            f"per notebook; one pair of runs, not interleaved; load average before the run {load_1min:.1f} "
+            f"on {os.cpu_count()} cores (other work on them lowers the speedup)")
+    return report.parallel_grading_row(serial["total_s"], wall_s, workers=workers, notebooks=len(written),
+                                       same_scores=scores(rows) == scores(serial_rows), note=note)
 
 
 def measure_samples(kit, *, quick: bool, class_size: int | None = None) -> tuple[dict, list[dict], list[str]]:
@@ -272,17 +333,21 @@ def measure_samples(kit, *, quick: bool, class_size: int | None = None) -> tuple
     return summary, cumulative_by_student(rows), notes
 
 
-def measure(*, quick: bool, class_size: int | None = None) -> tuple[dict, dict, list[dict], list[str]]:
-    """(honest-class goal row, sample-mix summary, the sample mix's time-vs-class-size series, notes).
+def measure(*, quick: bool, class_size: int | None = None) -> tuple[dict, dict, list[dict], list[str], dict]:
+    """(honest-class goal row, sample-mix summary, the sample mix's time-vs-class-size series, notes,
+    parallel grading goal row).
 
     class_size: students in the sample mix (the honest class has HONEST_STUDENTS[quick]).
     """
     try:
         kit = load_grade_class()
     except ImportError as exc:
-        return report.grading_unavailable(str(exc)), {"available": False, "reason": str(exc)}, [], []
+        return (report.grading_unavailable(str(exc)), {"available": False, "reason": str(exc)}, [], [],
+                report.parallel_grading_unavailable(str(exc), grading_workers()))
     reason, allowed = sandbox_state()
-    honest = measure_honest(kit, quick=quick, sandbox_reason=reason)
+    serial_rows: list = []
+    honest = measure_honest(kit, quick=quick, sandbox_reason=reason, graded=serial_rows)
+    parallel = measure_parallel(kit, honest, serial_rows)
     if reason and not allowed:
         why = (f"the sample mix includes attack samples and is graded only in the sandbox, which cannot "
                f"start here ({reason}); {UNSANDBOXED_ENV}=1 grades it anyway")
@@ -298,4 +363,4 @@ def measure(*, quick: bool, class_size: int | None = None) -> tuple[dict, dict, 
         notes.append("CPU seconds: the grader and every process it starts, sampled from /proc every "
                      "0.05 s (getrusage misses the sandboxed kernels: bubblewrap does not reap them); a "
                      "lower bound: the kernel's own work for the sandbox's namespaces belongs to no process")
-    return honest, samples, series, notes
+    return honest, samples, series, notes, parallel

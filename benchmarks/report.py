@@ -13,7 +13,8 @@ from hwopt.machine.bench import NOISE_THRESHOLD, Measurement, quantile, speedup
 SCHEMA_VERSION = 2  # 2: course_cost.grading_honest (the grading goal); course_cost.grading is the sample mix
 NOTEBOOK_GOAL_S = 90.0  # headless execution of one lesson or assignment notebook on a 2-core CPU
 GRADING_GOAL_S = 2.0  # mean grading seconds per submission-notebook of an honest class, on a 2-core CPU
-GRADING_GOAL = "grading seconds per submission-notebook, sandboxed, serial"
+GRADING_GOAL = "grading (sandboxed, serial) s per notebook"
+PARALLEL_GOAL_PER_WORKER = 0.8  # parallel grading: speedup over one worker >= this x the workers (2-core CPU)
 
 MEETS, BELOW, NO_GOAL, UNAVAILABLE = "meets goal", "below goal", "no goal", "not available"
 VERDICTS = (MEETS, BELOW, NO_GOAL, UNAVAILABLE)
@@ -200,6 +201,40 @@ def grading_unavailable(reason: str, goal_s: float = GRADING_GOAL_S) -> dict:
             "verdict": UNAVAILABLE}
 
 
+def parallel_grading_name(workers: int) -> str:
+    """The parallel grading goal's name for this many workers."""
+    return f"parallel grading speedup ({workers} workers)"
+
+
+def parallel_grading_row(serial_s: float, parallel_s: float, *, workers: int, notebooks: int,
+                         same_scores: bool, note: str) -> dict:
+    """The parallel grading goal: serial_s / parallel_s for one class graded both ways, vs 0.8 x workers.
+
+    same_scores: whether every notebook got the serial run's score and status (else no verdict).
+    """
+    for arg, value in (("serial_s", serial_s), ("parallel_s", parallel_s)):
+        if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+            raise ValueError(f"{arg} must be a positive number of seconds, got {value!r}")
+    for arg, value in (("workers", workers), ("notebooks", notebooks)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{arg} must be a positive integer, got {value!r}")
+    speedup, goal = serial_s / parallel_s, PARALLEL_GOAL_PER_WORKER * workers
+    result = UNAVAILABLE if not same_scores else MEETS if speedup >= goal else BELOW
+    if not same_scores:
+        note += "; the parallel run's scores differ from the serial run's, so the speedup is not a verdict"
+    return {"available": True, "name": parallel_grading_name(workers), "workers": workers,
+            "notebooks": notebooks, "serial_s": serial_s, "parallel_s": parallel_s, "speedup": speedup,
+            "goal": goal, "same_scores": same_scores, "verdict": result, "note": note}
+
+
+def parallel_grading_unavailable(reason: str, workers: int) -> dict:
+    """The parallel grading goal when it could not be measured here, with the reason."""
+    if not reason:
+        raise ValueError("reason must say why parallel grading was not measured")
+    return {"available": False, "name": parallel_grading_name(workers), "reason": reason,
+            "goal": PARALLEL_GOAL_PER_WORKER * workers, "verdict": UNAVAILABLE}
+
+
 def summarize_warnings(messages: Iterable[str], keep: int = 3) -> list[str]:
     """Distinct 'Category: message' lines; a category seen more than `keep` times becomes one count line."""
     by_category: dict[str, list[str]] = {}
@@ -267,6 +302,15 @@ _GRADING = {
                             "notebooks": {"type": "integer", "minimum": 1}}},
     "else": {"required": ["reason"]},
 }
+_PARALLEL = {  # optional: reports written before parallel grading have none
+    "type": "object", "required": ["available", "name", "goal", "verdict"],
+    "properties": {"available": {"type": "boolean"}, "name": {"type": "string"}, "goal": {"type": "number"},
+                   "verdict": {"enum": list(VERDICTS)}},
+    "if": {"properties": {"available": {"const": True}}},
+    "then": {"required": ["workers", "notebooks", "serial_s", "parallel_s", "speedup", "same_scores",
+                          "note"]},
+    "else": {"required": ["reason"]},
+}
 SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
@@ -288,7 +332,7 @@ SCHEMA = {
             "notebooks": {"type": "array", "items": {"type": "object", "required": [
                 "path", "seconds", "status", "goal_s", "verdict"]}},
             "grading": {"type": "object", "required": ["available"]},
-            "grading_honest": _GRADING}},
+            "grading_honest": _GRADING, "grading_parallel": _PARALLEL}},
         "scaling": {**_SECTION, "required": ["bandwidth", "gemv", "grading", "notes"], "properties": {
             "bandwidth": _SERIES, "gemv": _SERIES, "grading": _SERIES}},
         "noise": {"type": "object", "required": ["threshold", "series", "noisy", "warnings"]},
@@ -442,6 +486,26 @@ def grading_paragraph(honest: dict | None, samples: dict) -> str:
     return "\n".join(parts)
 
 
+def parallel_measured(row: dict) -> str:
+    """The parallel grading goal's 'measured' cell: the speedup and both wall times, or why not."""
+    if not row.get("available"):
+        return f"not available: {row.get('reason', 'no reason given')}"
+    return (f"{_fmt(row['speedup'])}x ({_fmt(row['parallel_s'])} s vs {_fmt(row['serial_s'])} s serial, "
+            f"{row['notebooks']} notebooks)")
+
+
+def parallel_paragraph(row: dict | None) -> str:
+    """Section 3's text on the parallel grading goal."""
+    if not row:
+        return ""
+    if not row.get("available"):
+        return f"Grading in parallel: not available ({row.get('reason', 'no reason given')}).\n"
+    return (f"Grading the same honest class in parallel, {row['workers']} workers: "
+            f"**{_fmt(row['speedup'])}x** the serial speed ({_fmt(row['parallel_s'])} s against "
+            f"{_fmt(row['serial_s'])} s for {row['notebooks']} notebooks); goal >= {_fmt(row['goal'])}x: "
+            f"{row['verdict']}. {row['note']}.\n")
+
+
 def summary_table(doc: dict) -> str:
     """Markdown table of every goal in the report: ratio (or seconds), goal, verdict; then a count line."""
     lines = ["| goal | measured | target | verdict |", "|---|---|---|---|"]
@@ -465,6 +529,11 @@ def summary_table(doc: dict) -> str:
         lines.append(f"| {honest['name']} | {grading_measured(honest)} | <= {_fmt(honest['goal_s'])} s | "
                      f"{honest['verdict']} |")
         results.append(honest["verdict"])
+    parallel = doc["course_cost"].get("grading_parallel")
+    if parallel:
+        lines.append(f"| {parallel['name']} | {parallel_measured(parallel)} | >= {_fmt(parallel['goal'])}x | "
+                     f"{parallel['verdict']} |")
+        results.append(parallel["verdict"])
     missing = results.count(UNAVAILABLE)
     count = f"{results.count(MEETS)} of {len(results)} goals met"
     count += f"; {missing} not available" if missing else ""
@@ -493,6 +562,8 @@ def render_markdown(doc: dict) -> str:
         "source notebook:\n", notebook_table(cost["notebooks"]) if cost["notebooks"] else "(none run)", "",
     ]
     out.append(grading_paragraph(cost.get("grading_honest"), cost["grading"]))
+    if cost.get("grading_parallel"):  # reports written before parallel grading have none
+        out.append(parallel_paragraph(cost["grading_parallel"]))
     out.append(_notes(cost["notes"]) + _plot(doc, "notebooks"))
     out += ["## 4. Scaling\n", "### Bandwidth vs array size (cache levels)\n", _plot(doc, "bandwidth")]
     if scal["bandwidth"]:

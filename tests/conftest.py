@@ -42,3 +42,24 @@ def pytest_sessionfinish(session, exitstatus):
             reporter.write_line(f"ERROR: {message}", red=True, bold=True)
         if session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A private PostgreSQL server for the session (stopped after); no server: skipped, but fails in CI."""
+    from hwopt.course.grading import gradebook
+
+    reason = gradebook.why_no_server()
+    if reason:
+        if os.environ.get("CI", "").lower() == "true":  # `make test` installs it: CI must not skip
+            pytest.fail(reason)
+        pytest.skip(reason)
+    with gradebook.LocalServer() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres_server):
+    """A fresh, empty database of the session's PostgreSQL server for one test: its SQLAlchemy URL."""
+    postgres_server.databases = getattr(postgres_server, "databases", 0) + 1
+    return postgres_server.create_database(f"test{postgres_server.databases}")

@@ -218,9 +218,41 @@ def test_the_summary_counts_goals_met_including_notebooks_and_grading():
     assert "| int8 / fp32 | 5.00x | >= 2.50x | meets goal |" in table
     assert "| every notebook headless | 1 of 2 within goal (slowest 120 s) | <= 90.0 s each | below goal |" \
         in table
-    assert ("| grading seconds per submission-notebook, sandboxed, serial | 1.25 s mean, median 1.15 s, "
+    assert ("| grading (sandboxed, serial) s per notebook | 1.25 s mean, median 1.15 s, "
             "CPU 0.800 s (4 notebooks) | <= 2.00 s | meets goal |") in table
     assert table.endswith("2 of 5 goals met; 1 not available.")  # bandwidth 10 / 12 is below 0.9
+
+
+def test_the_parallel_grading_goal_is_the_speedup_over_serial_against_0_8_per_worker():
+    row = report.parallel_grading_row(80.0, 45.0, workers=2, notebooks=50, same_scores=True, note="2 workers")
+    assert row["name"] == "parallel grading speedup (2 workers)" and row["goal"] == 1.6
+    assert row["speedup"] == pytest.approx(80 / 45) and row["verdict"] == report.MEETS
+    assert report.parallel_grading_row(80.0, 60.0, workers=2, notebooks=50, same_scores=True,
+                                       note="")["verdict"] == report.BELOW
+    differ = report.parallel_grading_row(80.0, 40.0, workers=2, notebooks=50, same_scores=False, note="x")
+    assert differ["verdict"] == report.UNAVAILABLE and "scores differ" in differ["note"]
+    doc = fake_doc(course_cost={**fake_doc()["course_cost"], "grading_parallel": row})
+    report.validate(doc)
+    assert ("| parallel grading speedup (2 workers) | 1.78x (45.0 s vs 80.0 s serial, 50 notebooks) | "
+            ">= 1.60x | meets goal |") in report.summary_table(doc)
+    assert "**1.78x** the serial speed" in report.render_markdown(doc)
+    for bad in ({"serial_s": 0.0}, {"parallel_s": float("nan")}, {"workers": 0}, {"notebooks": 1.5}):
+        args = {"serial_s": 80.0, "parallel_s": 45.0, "workers": 2, "notebooks": 50, **bad}
+        with pytest.raises(ValueError, match=f"{next(iter(bad))} must be a positive"):
+            report.parallel_grading_row(args.pop("serial_s"), args.pop("parallel_s"), same_scores=True,
+                                        note="", **args)
+
+
+def test_the_parallel_goal_says_why_it_was_not_measured():
+    off = report.parallel_grading_unavailable("PostgreSQL is not installed", 2)
+    doc = fake_doc(course_cost={**fake_doc()["course_cost"], "grading_parallel": off})
+    report.validate(doc)
+    assert "not available: PostgreSQL is not installed" in report.summary_table(doc)
+    assert "Grading in parallel: not available (PostgreSQL is not installed)" in report.render_markdown(doc)
+    short = report.grading_unavailable("the honest class run failed: boom")
+    assert "no verdict (the honest class run failed: boom)" in grading.measure_parallel(
+        FakeKit(), short, [], workers=2)["reason"]
+    assert "one core" in grading.measure_parallel(FakeKit(), short, [], workers=1)["reason"]
 
 
 def test_the_grading_goal_row_says_why_it_is_not_available():
@@ -459,10 +491,12 @@ def test_grading_time_by_class_size_accumulates_each_students_notebooks():
 
 def test_grading_is_reported_not_available_without_the_grading_kit(monkeypatch, tmp_path):
     monkeypatch.setattr(grading, "GRADE_CLASS", tmp_path / "autograder" / "grade_class.py")
-    honest, samples, series, notes = grading.measure(quick=True)
+    honest, samples, series, notes, parallel = grading.measure(quick=True)
     assert samples["available"] is False and "grade_class.py" in samples["reason"] and series == []
     assert honest["verdict"] == report.UNAVAILABLE and "grade_class.py" in honest["reason"]
-    assert report.validate(fake_doc(course_cost={**fake_doc()["course_cost"], "grading_honest": honest}))
+    assert parallel["verdict"] == report.UNAVAILABLE and "grade_class.py" in parallel["reason"]
+    assert report.validate(fake_doc(course_cost={**fake_doc()["course_cost"], "grading_honest": honest,
+                                                 "grading_parallel": parallel}))
 
 
 def test_a_kit_without_the_functions_the_benchmark_calls_is_not_loaded(tmp_path):
@@ -585,10 +619,11 @@ def test_without_a_sandbox_the_attack_samples_are_not_graded(monkeypatch, no_sec
     monkeypatch.setattr(grading, "load_grade_class", lambda: FakeKit())
     monkeypatch.setattr(grading, "sandbox_state", lambda: ("no user namespaces", False))
     monkeypatch.setattr(grading, "measure_samples", lambda *a, **k: pytest.fail("graded the attack samples"))
-    honest, samples, series, notes = grading.measure(quick=True)
+    honest, samples, series, notes, parallel = grading.measure(quick=True)
     assert samples["available"] is False and "attack samples" in samples["reason"]
     assert "no user namespaces" in samples["reason"] and series == []
     assert honest["sandboxed"] is False and "no user namespaces" in honest["note"]
+    assert parallel["verdict"] == report.UNAVAILABLE and "no verdict" in parallel["reason"]  # nothing run
 
 
 def test_proc_stat_lines_parse_even_with_brackets_in_the_command():

@@ -19,9 +19,9 @@ pytestmark = pytest.mark.slow
 class Kernel:
     """A grading kernel started the way autograde starts it, with a helper to run code and read stdout."""
 
-    def __init__(self, cwd: Path, **env):
+    def __init__(self, cwd: Path, uid: int | None = None, **env):
         ksm = KernelSpecManager(kernel_dirs=[str(ROOT / "autograder" / "kernels")])
-        self.km = sandbox.SandboxedKernelManager(kernel_name="hwopt-grader", kernel_spec_manager=ksm)
+        self.km = sandbox.SandboxedKernelManager(kernel_name="hwopt-grader", kernel_spec_manager=ksm, uid=uid)
         self.loop = asyncio.new_event_loop()
         try:
             self.loop.run_until_complete(self.km.start_kernel(cwd=str(cwd), env={**os.environ, **env}))
@@ -146,6 +146,58 @@ except OSError:
 print(children)""").split()
     assert got[:3] == ["64", "4", "refused"]
     assert 0 < int(got[3]) < 64, "a fork bomb stops at the process limit"
+
+
+FORK_TO_THE_LIMIT = """import os, time
+children = 0
+try:
+    while True:
+        if os.fork() == 0:
+            time.sleep(60); os._exit(0)
+        children += 1
+except OSError:
+    print(children)"""
+THREAD_STARTS = "import threading\nt = threading.Thread(target=print, args=('started',))\nt.start(); t.join()"
+
+
+def kernel_beside_a_fork_bomb(folder: Path, same_uid: bool) -> str:
+    """What a second kernel says while a first one's fork bomb holds its uid's process limit."""
+    bomb_uid, other_uid = sandbox.sandbox_uid(2**22 - 1), sandbox.sandbox_uid(2**22 - 2)  # above pid_max
+    bomb = Kernel(folder, uid=bomb_uid, HWOPT_GRADER_MAX_PROCESSES="64")
+    try:
+        assert 0 < int(bomb.run(FORK_TO_THE_LIMIT)) < 64
+        try:
+            other = Kernel(folder, uid=bomb_uid if same_uid else other_uid, HWOPT_GRADER_MAX_PROCESSES="64")
+        except RuntimeError as err:  # it could not start its threads: it died at start
+            return f"died: {err}"
+        try:
+            return other.run(THREAD_STARTS).strip()
+        except AssertionError as err:
+            return f"failed: {err}"
+        finally:
+            other.close()
+    finally:
+        bomb.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as a user, each sandbox's user namespace counts its processes")
+def test_a_fork_bomb_starves_the_kernels_of_its_own_uid_only(course):
+    """Grading processes have uids of their own (sandbox_uid): this is what sharing one would cost."""
+    folder = course / "autograded" / "ada" / "a"
+    assert kernel_beside_a_fork_bomb(folder, same_uid=False) == "started"
+    assert kernel_beside_a_fork_bomb(folder, same_uid=True) != "started"
+
+
+def test_each_grading_process_has_its_own_sandbox_uid():
+    assert sandbox.sandbox_uid(100) != sandbox.sandbox_uid(101)
+    assert sandbox.sandbox_uid() == sandbox.SANDBOX_UID_BASE + os.getpid()
+    import pwd
+
+    with pytest.raises(KeyError):
+        pwd.getpwuid(sandbox.sandbox_uid())  # no account has it
+    for bad in (0, -1, 2**22 + 1, 1.5, True):
+        with pytest.raises(ValueError, match="pid must be"):
+            sandbox.sandbox_uid(bad)
 
 
 def test_cleaning_up_a_kernel_that_died_at_start_removes_its_folder(tmp_path):

@@ -7,5 +7,6 @@ Points are decided outside the student's interpreter, and every grading kernel r
 - collect: the few lines sent into the student's kernel that evaluate its functions on the cases;
 - sandbox: bubblewrap around each grading kernel (no network, own PID namespace, its own folder only);
 - kernel: the launcher inside the sandbox (memory, CPU-time and process-count limits, then ipykernel);
-- plugins: the nbgrader preprocessors that nbgrader_config.py wires in.
+- plugins: the nbgrader preprocessors that nbgrader_config.py wires in;
+- gradebook: SQLite for one grader, a PostgreSQL server for parallel ones (and a private one for tests).
 """

@@ -3,8 +3,10 @@
 Inside: no network (its own network namespace), its own PID namespace (it can neither see nor signal the
 grader or other kernels), the Python environment and the toolkit read-only, and a private writable copy of
 its submission folder, thrown away afterwards. source/, the gradebook, other submissions, the instructor
-secret and the home directory are not there. Run as root, the sandbox drops to the unprivileged user
-``nobody`` first, so that the process limit holds (Linux does not count root's processes).
+secret and the home directory are not there. Run as root, the sandbox drops to an unprivileged uid first, so
+that the process limit holds (Linux does not count root's processes). Each grading process has a uid of its
+own (sandbox_uid): Linux counts that limit per uid, so parallel graders sharing one (``nobody``) would let a
+fork bomb in one submission starve the kernels of every other grader.
 
 The kernel talks to the grader over Unix sockets (jupyter_client's ipc transport) in a directory of its own,
 shared with the grader and no other kernel. Where no sandbox can start (macOS, Windows, no bubblewrap, no
@@ -24,7 +26,10 @@ import tempfile
 from pathlib import Path
 
 UNSANDBOXED_ENV = "HWOPT_GRADER_UNSANDBOXED"
-NOBODY = 65534  # uid and gid of "nobody" on Linux
+# Sandbox uids as root: SANDBOX_UID_BASE + the grading process's pid, one uid (and gid) per live grading
+# process, with no account. 0x70000000.. is a range that neither distributions nor systemd allocate
+# (systemd's UIDS-GIDS.md: unused); adding a pid (at most 2**22, the kernel's pid_max limit) stays inside it.
+SANDBOX_UID_BASE = 0x70000000
 # Variables the kernel inherits (everything else, the instructor secret included, stays outside).
 KEPT_ENV = ("LANG", "LC_ALL", "TZ", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
             "PYTHONWARNINGS", "MPLBACKEND",  # from the kernelspec
@@ -77,10 +82,22 @@ def environment_paths() -> list[Path]:
                   and Path("/usr") not in [p, *p.parents])
 
 
+def sandbox_uid(pid: int | None = None) -> int:
+    """The uid (and gid) the kernels of grading process pid (default: this one) run as, grading as root."""
+    pid = os.getpid() if pid is None else pid
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid <= 2**22:
+        raise ValueError(f"pid must be a process id from 1 to 2**22 (pid_max's limit); got {pid!r}")
+    return SANDBOX_UID_BASE + pid
+
+
 def bwrap_argv(kernel_argv: list[str], *, run_dir: Path, work_dir: Path, cwd: Path,
-               environ: dict[str, str]) -> list[str]:
-    """The command that runs kernel_argv sandboxed; work_dir (a private copy) appears at cwd inside."""
-    as_root = os.geteuid() == 0  # root mounts, then drops to nobody; a user needs a user namespace
+               environ: dict[str, str], uid: int | None = None) -> list[str]:
+    """The command that runs kernel_argv sandboxed; work_dir (a private copy) appears at cwd inside.
+
+    As root the kernel runs as uid (default: sandbox_uid()); as a user, bubblewrap's user namespace gives
+    each sandbox its own count of processes already, and uid is not used.
+    """
+    as_root = os.geteuid() == 0  # root mounts, then drops to uid; a user needs a user namespace
     unshare = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
     argv = ["bwrap", *(unshare if as_root else ["--unshare-all"]), "--die-with-parent", "--new-session",
             "--hostname", "grader", *system_mounts(), "--proc", "/proc", "--dev", "/dev",
@@ -88,7 +105,7 @@ def bwrap_argv(kernel_argv: list[str], *, run_dir: Path, work_dir: Path, cwd: Pa
     bound = environment_paths()
     parents = {p for path in [*bound, cwd, run_dir] for p in path.parents} - {Path("/"), Path("/tmp")}
     for parent in sorted(parents):
-        argv += ["--perms", "0755", "--dir", str(parent)]  # traversable by nobody, unlike /root
+        argv += ["--perms", "0755", "--dir", str(parent)]  # traversable by the sandbox's uid, unlike /root
     for path in bound:
         argv += ["--ro-bind", str(path), str(path)]
     argv += ["--bind", str(run_dir), str(run_dir), "--bind", str(work_dir), str(cwd), "--chdir", str(cwd),
@@ -96,7 +113,8 @@ def bwrap_argv(kernel_argv: list[str], *, run_dir: Path, work_dir: Path, cwd: Pa
     for name, value in sandbox_environment(environ).items():
         argv += ["--setenv", name, value]
     if as_root:
-        kernel_argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+        uid = sandbox_uid() if uid is None else uid
+        kernel_argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                        "--inh-caps=-all", "--bounding-set=-all", "--", *kernel_argv]
     return [*argv, "--", *kernel_argv]
 
@@ -104,7 +122,8 @@ def bwrap_argv(kernel_argv: list[str], *, run_dir: Path, work_dir: Path, cwd: Pa
 def sandbox_environment(environ: dict[str, str]) -> dict[str, str]:
     """The kernel's environment: a PATH to this interpreter, a scratch HOME, and the KEPT_ENV variables."""
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp",
-           "PYTHONNOUSERSITE": "1", "LANG": "C.UTF-8"}
+           "PYTHONNOUSERSITE": "1", "LANG": "C.UTF-8",
+           "USER": "grader", "LOGNAME": "grader"}  # the uid has no account: getpass.getuser() reads these
     env.update({k: environ[k] for k in KEPT_ENV if k in environ})
     return env
 
@@ -117,7 +136,7 @@ def why_unavailable() -> str | None:
     if shutil.which("bwrap") is None:
         return f"the grading sandbox needs bubblewrap (bwrap), which is not installed: {INSTALL_HINT}"
     if os.geteuid() == 0 and shutil.which("setpriv") is None:
-        return "grading as root needs setpriv (util-linux) to drop to the user nobody"
+        return "grading as root needs setpriv (util-linux) to drop to an unprivileged uid"
     with tempfile.TemporaryDirectory() as scratch:
         os.chmod(scratch, 0o777)
         probe = bwrap_argv(["/bin/true"], run_dir=Path(scratch), work_dir=Path(scratch), cwd=Path(scratch),
@@ -139,19 +158,20 @@ def private_copy(folder: Path, run_dir: Path) -> Path:
     return work
 
 
-def hand_to_sandbox_user(run_dir: Path) -> None:
-    """Give run_dir (connection file, sockets, the private copy) to the sandbox's user when we are root."""
+def hand_to_sandbox_user(run_dir: Path, uid: int | None = None) -> None:
+    """Give run_dir (connection file, sockets, the private copy) to uid (default: sandbox_uid()) when root."""
     if os.geteuid() != 0:
         return
+    uid = sandbox_uid() if uid is None else uid
     for root, dirs, files in os.walk(run_dir):
         for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
-            os.lchown(name, NOBODY, NOBODY)
+            os.lchown(name, uid, uid)
 
 
 # ---- the kernel manager nbclient uses for grading (JudgedExecute selects it) ---------------------------
 
 from jupyter_client.manager import AsyncKernelManager  # noqa: E402
-from traitlets import Bool, default  # noqa: E402
+from traitlets import Bool, Integer, default  # noqa: E402
 
 
 class SandboxedKernelManager(AsyncKernelManager):
@@ -159,6 +179,9 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     allow_unsandboxed = Bool(help=f"Grade without a sandbox where none can start (also {UNSANDBOXED_ENV}=1); "
                              "the grading report flags every notebook graded so.").tag(config=True)
+
+    uid = Integer(None, allow_none=True, help="The uid (and gid) the kernel runs as when grading as root "
+                  "(default: sandbox_uid(), this grading process's own)").tag(config=True)
 
     @default("allow_unsandboxed")
     def _allow_unsandboxed_default(self) -> bool:
@@ -199,9 +222,9 @@ class SandboxedKernelManager(AsyncKernelManager):
         if work.exists():  # a restart starts from the submission again
             shutil.rmtree(work)
         private_copy(cwd, self.run_dir)
-        hand_to_sandbox_user(self.run_dir)
+        hand_to_sandbox_user(self.run_dir, self.uid)
         env = {**os.environ, **(self._launch_args.get("env") or {}), **(self.kernel_spec.env or {})}
-        return bwrap_argv(cmd, run_dir=self.run_dir, work_dir=work, cwd=cwd, environ=env)
+        return bwrap_argv(cmd, run_dir=self.run_dir, work_dir=work, cwd=cwd, environ=env, uid=self.uid)
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         await super()._async_cleanup_resources(restart=restart)

@@ -1,0 +1,100 @@
+"""Grading a class in parallel: Dask workers on a PostgreSQL gradebook give every grade cell the score that
+serial grading (one worker, SQLite) gives, and a fork bomb in one worker's submission fails no other's."""
+
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "autograder"))
+import grade_class  # noqa: E402
+import samples  # noqa: E402
+
+ASSIGNMENTS = ("latency_budget", "batching")
+CLASS = {"ada": "correct", "bob": "wrong", "cy": "blank", "dee": "batching_slip"}  # full, partial, no marks
+HOLD_S = 20  # the fork bomb keeps its processes this long, while the other worker grades classmates
+
+
+def test_one_worker_unless_the_gradebook_takes_parallel_writers():
+    sqlite, server = "sqlite:///gradebook.db", "postgresql://grader@127.0.0.1/hwopt"
+    said = []
+    assert grade_class.plan_workers(None, sqlite, None, said.append) == 1
+    assert "SQLite" in "".join(said) or len(grade_class.os.sched_getaffinity(0)) == 1
+    assert grade_class.plan_workers(None, server, None) == len(grade_class.os.sched_getaffinity(0))
+    assert grade_class.plan_workers(3, server, None) == 3
+    assert grade_class.plan_workers(1, sqlite, None) == 1
+    with pytest.raises(ValueError, match="workers: 2 workers need a gradebook that takes parallel writers"):
+        grade_class.plan_workers(2, sqlite, None)
+    with pytest.raises(ValueError, match="scheduler: a cluster's workers need a gradebook server"):
+        grade_class.plan_workers(None, sqlite, "tcp://127.0.0.1:8786")
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="workers must be a positive integer"):
+            grade_class.plan_workers(bad, server, None)
+
+
+def graded_class(tmp_path: Path, name: str, students: dict[str, str], **options):
+    """A course with these sample students' submissions, graded; (rows, {grade cell: scores}, order done)."""
+    course = grade_class.prepare_course(tmp_path / name)
+    samples.write_submissions(course / "submitted", students)
+    return grade(course, **options)
+
+
+def grade(course: Path, assignments=ASSIGNMENTS, **options):
+    from nbgrader.api import Gradebook
+
+    done = []  # (student, assignment) in the order their rows came back
+    rows = grade_class.grade_class(course, assignments=assignments,
+                                   log=lambda line: done.append(tuple(line.split()[:2])), **options)
+    api = grade_class.make_api(course, db_url=options.get("db_url"))
+    with Gradebook(api.coursedir.db_url, api.coursedir.course_id) as gb:
+        cells = {(sub.student.id, a.name, nb.name, g.name): (g.auto_score, g.manual_score, g.max_score)
+                 for a in gb.assignments for sub in a.submissions for nb in sub.notebooks for g in nb.grades}
+    return rows, cells, done
+
+
+@pytest.fixture(autouse=True)
+def demo_secret(monkeypatch):
+    monkeypatch.setenv("HWOPT_GRADER_SECRET", grade_class.DEMO_SECRET)
+
+
+@pytest.mark.slow
+def test_dask_workers_on_postgresql_give_every_grade_cell_the_serial_score(tmp_path, postgres_url):
+    serial_rows, serial_cells, _ = graded_class(tmp_path, "serial", CLASS, workers=1)
+    parallel_rows, parallel_cells, _ = graded_class(tmp_path, "parallel", CLASS, workers=2,
+                                                    db_url=postgres_url)
+    assert len(serial_cells) >= 2 * len(CLASS) * len(ASSIGNMENTS)  # every student's every grade cell
+    assert parallel_cells == serial_cells
+    same = lambda rows: [(r.student, r.assignment, r.score, r.max_score, r.status, r.notes) for r in rows]  # noqa: E731
+    assert same(parallel_rows) == same(serial_rows)
+    assert {r.score for r in serial_rows} >= {0.0, 12.0} and len({r.score for r in serial_rows}) > 3
+
+
+def fork_bomb_that_holds() -> nbformat.NotebookNode:
+    """The fork-bomb sample's latency_budget, keeping its processes HOLD_S seconds before it goes on."""
+    nb = samples.submission("fork_bomb", "latency_budget")
+    bomb = next(c for c in nb.cells if samples.FORK_BOMB in c.source)
+    bomb.source = bomb.source.replace(samples.FORK_BOMB, samples.FORK_BOMB + f"time.sleep({HOLD_S})\n")
+    return nb
+
+
+@pytest.mark.slow
+def test_a_fork_bomb_in_one_worker_fails_no_honest_submission_in_another(tmp_path, postgres_url):
+    course = grade_class.prepare_course(tmp_path / "bombed")
+    honest = {f"honest{i}": "correct" for i in range(1, 5)}
+    samples.write_submissions(course / "submitted", honest)
+    bomb = course / "submitted" / "a_bomb" / "latency_budget"  # graded first: the other worker takes the rest
+    bomb.mkdir(parents=True)
+    nbformat.write(fork_bomb_that_holds(), bomb / "latency_budget.ipynb")
+    start = time.perf_counter()
+    rows, _, done = grade(course, ("latency_budget",), workers=2, db_url=postgres_url, timeout_s=HOLD_S + 40)
+    by_student = {(r.student, r.assignment): r for r in rows}
+    assert by_student["a_bomb", "latency_budget"].score == 12.0  # the bomb's own work still counts
+    assert by_student["a_bomb", "latency_budget"].seconds > HOLD_S
+    honest_latency = [by_student[s, "latency_budget"] for s in honest]
+    assert [(r.score, r.status) for r in honest_latency] == [(12.0, "ok")] * len(honest)
+    # graded on the other worker while the bomb held its processes (its task began first, ended after them)
+    while_bombed = done[:done.index(("a_bomb", "latency_budget"))]
+    assert len(while_bombed) >= 2, (done, time.perf_counter() - start)

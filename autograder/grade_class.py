@@ -326,7 +326,10 @@ def grade_task(course: Path, assignment: str, student: str, timeout_s: int | Non
     """One task of a grading worker: one student's assignment; never raises (a grader error is a row)."""
     try:
         key = (str(course), timeout_s, db_url)
-        if key not in _worker_apis:
+        if key not in _worker_apis:  # a worker process's first task: set it up once
+            from hwopt.course.grading import gradebook
+
+            gradebook.keep_connections()
             _worker_apis[key] = make_api(course, timeout_s, db_url)
         return grade_one(_worker_apis[key], course, assignment, student, force=force)
     except Exception as err:  # a bug of ours or nbgrader's: report it, grade the others

@@ -1,6 +1,7 @@
 """course.grading.gradebook: which gradebooks take parallel writers; a private PostgreSQL server."""
 
 import os
+import sys
 
 import pytest
 
@@ -78,3 +79,27 @@ def test_the_server_programs_are_found_where_debian_puts_them():
     assert found is None or (found / "initdb").exists()
     if os.environ.get("CI", "").lower() == "true":
         assert gradebook.why_no_server() is None  # `make test` installs postgresql
+
+
+def test_keep_connections_gives_every_gradebook_of_a_url_one_engine(tmp_path, monkeypatch):
+    import nbgrader.api as api
+
+    monkeypatch.setattr(api, "create_engine", api.create_engine)  # restored after the test
+    monkeypatch.setattr(api.Gradebook, "close", api.Gradebook.close)
+    monkeypatch.setattr(gradebook, "_engines", {})
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")
+    url, other = (f"sqlite:///{tmp_path / name}" for name in ("a.db", "b.db"))
+    with api.Gradebook(url) as gb:
+        fresh = gb.engine
+    with api.Gradebook(url) as gb:
+        assert gb.engine is not fresh  # nbgrader's own: an engine per gradebook
+    gradebook.keep_connections()
+    gradebook.keep_connections()  # twice changes nothing
+    with api.Gradebook(url) as gb:
+        gb.add_student("ada")
+        first = gb.engine
+    with api.Gradebook(url) as gb:
+        assert gb.engine is first and gb.find_student("ada").id == "ada"
+    with api.Gradebook(other) as gb:
+        assert gb.engine is not first
+    assert len(gradebook._engines) == 2

@@ -61,7 +61,8 @@ def demo_secret(monkeypatch):
 
 
 @pytest.mark.slow
-def test_dask_workers_on_postgresql_give_every_grade_cell_the_serial_score(tmp_path, postgres_url):
+def test_dask_workers_on_postgresql_give_every_grade_cell_the_serial_score(tmp_path, postgres_url,
+                                                                            grading_sandbox):
     serial_rows, serial_cells, _ = graded_class(tmp_path, "serial", CLASS, workers=1)
     parallel_rows, parallel_cells, _ = graded_class(tmp_path, "parallel", CLASS, workers=2,
                                                     db_url=postgres_url)
@@ -81,7 +82,8 @@ def fork_bomb_that_holds() -> nbformat.NotebookNode:
 
 
 @pytest.mark.slow
-def test_a_fork_bomb_in_one_worker_fails_no_honest_submission_in_another(tmp_path, postgres_url):
+def test_a_fork_bomb_in_one_worker_fails_no_honest_submission_in_another(tmp_path, postgres_url,
+                                                                      grading_sandbox):
     course = grade_class.prepare_course(tmp_path / "bombed")
     honest = {f"honest{i}": "correct" for i in range(1, 5)}
     samples.write_submissions(course / "submitted", honest)

@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT / "autograder"))
 import grade_class  # noqa: E402
 import samples  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grading_sandbox")]
 TIMEOUT_S = 4  # per cell while testing: each endless loop costs about this plus a restart
 
 

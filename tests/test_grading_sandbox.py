@@ -63,15 +63,15 @@ def course(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def kernel(course):
+def kernel(course, grading_sandbox):
     k = Kernel(course / "autograded" / "ada" / "a", HWOPT_GRADER_SECRET="s3cret",
                HWOPT_GRADER_SECRET_FILE=str(course / "secret"), HWOPT_GRADER_MAX_PROCESSES="64")
     yield k
     k.close()
 
 
-def test_this_machine_can_sandbox():
-    assert sandbox.why_unavailable() is None  # `make test` installs bubblewrap
+def test_this_machine_can_sandbox(grading_sandbox):
+    assert sandbox.why_unavailable() is None  # `make test` installs bubblewrap (elsewhere: skipped)
 
 
 def test_the_kernel_sees_its_folder_and_none_of_the_course(kernel, course):
@@ -181,7 +181,7 @@ def kernel_beside_a_fork_bomb(folder: Path, same_uid: bool) -> str:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="as a user, each sandbox's user namespace counts its processes")
-def test_a_fork_bomb_starves_the_kernels_of_its_own_uid_only(course):
+def test_a_fork_bomb_starves_the_kernels_of_its_own_uid_only(course, grading_sandbox):
     """Grading processes have uids of their own (sandbox_uid): this is what sharing one would cost."""
     folder = course / "autograded" / "ada" / "a"
     assert kernel_beside_a_fork_bomb(folder, same_uid=False) == "started"
@@ -254,3 +254,14 @@ def test_the_grading_kernelspec_launches_this_environments_interpreter(monkeypat
     assert km.transport == "ipc" and km.sandboxed is False
     monkeypatch.setattr(sandbox.sys, "platform", "win32")
     assert kernel_manager().transport == "tcp", "Windows has no Unix sockets: unsandboxed kernels use tcp"
+
+
+def test_without_a_sandbox_grading_tests_skip_saying_so_but_fail_in_ci(monkeypatch):
+    from conftest import skip_outside_ci
+
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="needs bubblewrap"):
+        skip_outside_ci("needs bubblewrap")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI must run this test"):
+        skip_outside_ci("needs bubblewrap")

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "autograder"))
 import grade_class  # noqa: E402
 import samples  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grading_sandbox")]
 
 
 def nbgrader(course: Path, *args: str, secret: str | None = "workflow test", check: bool = True) -> str:

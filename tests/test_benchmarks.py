@@ -310,6 +310,33 @@ def test_effects_become_rows_even_when_lesson_code_is_missing_or_broken(monkeypa
     assert bad["verdict"] == report.UNAVAILABLE and "kaputt" in bad["note"]
 
 
+def test_rows_against_stream_pair_each_round_with_its_own_stream_run(monkeypatch):
+    """Rounds of STREAM then the callables: the ratio is the median of per-round ratios (bytes moved / time
+    over that round's Triad), the best candidate is named, and tokens/s rows read the same ratio as a bound."""
+    triads = iter([10.0, 20.0, 10.0])  # GB/s: the machine's load changes between rounds
+    monkeypatch.setattr(effects, "stream_triad_gbs", lambda quick: next(triads))
+    rounds = iter([{"a": [0.10, 0.12], "b": [0.2, 0.2]}, {"a": [0.05, 0.06], "b": [0.1, 0.1]},
+                   {"a": [0.10, 0.10], "b": [0.2, 0.2]}])
+    monkeypatch.setattr(effects.bench, "compare",
+                        lambda fns, **kw: {k: m(k, t) for k, t in next(rounds).items()})
+    setup = effects.Setup({"a": lambda: None, "b": lambda: None},
+                          [effects.Comparison("a / b", 1.5, ["b"], ["a"])],
+                          items={"a": 1, "b": 10},
+                          against_stream=[effects.AgainstStream("best / STREAM", 0.85, ["a", "b"], "fake"),
+                                          effects.AgainstStream("b / bound", 0.9, ["b"], unit="tokens/s")],
+                          bytes_moved={"a": 0.9e9, "b": 1e9})
+    speedup, vs_stream, vs_bound = effects.run_setup(setup, repeats=3)
+    assert speedup["candidate"]["repeats"] == 6  # both calls of every round
+    # a moves 0.9 GB in its best call of each round: 9, 18, 9 GB/s against 10, 20, 10 -> 0.9 every round
+    assert vs_stream["ratio"] == pytest.approx(0.9) and vs_stream["verdict"] == report.MEETS
+    assert vs_stream["ratio_q1"] == pytest.approx(0.9) and "best path: a" in vs_stream["note"]
+    assert "b 0.50" in vs_stream["note"]  # the other candidate's median ratio
+    # b: 10 tokens of 0.1 GB each in 0.2 s -> 50 tokens/s against a bound of 100 (Triad 10 GB/s)
+    assert vs_bound["candidate"]["unit"] == "tokens/s" and vs_bound["candidate"]["median"] == pytest.approx(50)
+    assert vs_bound["baseline"]["median"] == pytest.approx(100) and vs_bound["ratio"] == pytest.approx(0.5)
+    assert vs_bound["verdict"] == report.BELOW
+
+
 def test_per_item_divides_each_repeat_by_the_items_per_call():
     assert effects.per_item(m("b", [8.0, 16.0]), 8).times_s == (1.0, 2.0)
     with pytest.raises(ValueError, match="items"):

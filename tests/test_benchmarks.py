@@ -312,7 +312,7 @@ def test_effects_become_rows_even_when_lesson_code_is_missing_or_broken(monkeypa
 
 def test_rows_against_stream_pair_each_round_with_its_own_stream_run(monkeypatch):
     """Rounds of STREAM then the callables: the ratio is the median of per-round ratios (bytes moved / time
-    over that round's Triad), the best candidate is named, and tokens/s rows read the same ratio as a bound."""
+    over that round's Triad), the best candidate is named, and tokens/s rows read that ratio against a bound."""
     triads = iter([10.0, 20.0, 10.0])  # GB/s: the machine's load changes between rounds
     monkeypatch.setattr(effects, "stream_triad_gbs", lambda quick: next(triads))
     rounds = iter([{"a": [0.10, 0.12], "b": [0.2, 0.2]}, {"a": [0.05, 0.06], "b": [0.1, 0.1]},
@@ -332,7 +332,8 @@ def test_rows_against_stream_pair_each_round_with_its_own_stream_run(monkeypatch
     assert vs_stream["ratio_q1"] == pytest.approx(0.9) and "best path: a" in vs_stream["note"]
     assert "b 0.50" in vs_stream["note"]  # the other candidate's median ratio
     # b: 10 tokens of 0.1 GB each in 0.2 s -> 50 tokens/s against a bound of 100 (Triad 10 GB/s)
-    assert vs_bound["candidate"]["unit"] == "tokens/s" and vs_bound["candidate"]["median"] == pytest.approx(50)
+    assert vs_bound["candidate"]["unit"] == "tokens/s"
+    assert vs_bound["candidate"]["median"] == pytest.approx(50)
     assert vs_bound["baseline"]["median"] == pytest.approx(100) and vs_bound["ratio"] == pytest.approx(0.5)
     assert vs_bound["verdict"] == report.BELOW
 

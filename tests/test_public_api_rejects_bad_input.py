@@ -962,6 +962,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "decode_steps": lambda: call(tiny_decoder.decode_steps, decoder(), 4, 3, "cpu"),
         "decode_bytes_read": lambda: call(tiny_decoder.decode_bytes_read, decoder(), 4, 3),
         "TinyDecoder.gemv_runner": lambda: call(decoder().gemv_runner),
+        "compare_kernels": lambda: call(tiny_decoder.compare_kernels, decoder(), 20.0, 4, 3, 1),
         "bound_report": lambda: call(tiny_decoder.bound_report, decoder(), 1000.0, 20.0, 16,
                                      zero="context_len"),
     }),

@@ -163,3 +163,20 @@ def test_decode_bytes_read_count_weights_and_the_growing_kv(model):
     assert steps().shape == (1, 1)
     with pytest.raises(ValueError, match="new_tokens"):
         td.decode_bytes_read(model, 4, 1)
+
+
+@needs_kernel
+def test_compare_kernels_times_both_and_keeps_the_models_choice(model):
+    model.kernel = "torch"
+    text = td.compare_kernels(model, 20.0, prompt_len=3, new_tokens=3, repeats=1)
+    assert "C kernel GEMVs" in text and "torch Linears" in text and "of the bound" in text
+    assert "x faster than torch's" in text or "slower" in text
+    assert model.kernel == "torch"  # put back as it was
+    model.kernel = "auto"
+
+
+def test_compare_kernels_says_why_there_is_nothing_to_compare(model, monkeypatch):
+    monkeypatch.setattr(td, "_c_kernel", lambda: "no C compiler found (tried cc)")
+    assert "not available here (no C compiler" in td.compare_kernels(model, 20.0)
+    with pytest.raises(ValueError, match="bandwidth_gbs"):
+        td.compare_kernels(model, 0.0)

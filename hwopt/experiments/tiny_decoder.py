@@ -229,6 +229,49 @@ def measure_decode(model: TinyDecoder, prompt_len: int = 16, new_tokens: int = 3
     return (new_tokens - 1) / m.median_s, m
 
 
+def compare_kernels(model: TinyDecoder, bandwidth_gbs: float, prompt_len: int = 16, new_tokens: int = 8,
+                    repeats: int = 5) -> str:
+    """Decode on the CPU with the GEMVs in the C kernel and in torch, interleaved (bench.compare): tokens/s
+    of each against the bound at bandwidth_gbs (weights + KV), and how much the C kernel gained (lesson 2)."""
+    from hwopt.experiments import decode
+
+    arguments.instance("model", model, TinyDecoder)
+    arguments.positive("bandwidth_gbs", bandwidth_gbs)
+    arguments.count("repeats", repeats, "repeats")
+    if next(model.parameters()).device.type != "cpu":
+        return "the model is on a GPU, where every Linear runs in torch: nothing to compare"
+    if isinstance(reason := _c_kernel(), str):
+        return f"the C kernel is not available here ({reason}): every Linear runs in torch"
+    kept = model.kernel
+    fns = {}
+    for kernel in ("c", "torch"):
+        steps = decode_steps(model, prompt_len, new_tokens)
+
+        def run(steps=steps, kernel=kernel):
+            model.kernel = kernel
+            return steps()
+
+        fns[kernel] = run
+    try:
+        timed = bench.compare(fns, repeats=repeats, warmup=1, settle_s=decode.SETTLE_S)
+    finally:
+        model.kernel = kept
+    per_token = decode_bytes_read(model, prompt_len, new_tokens) / (new_tokens - 1)
+    bound = bandwidth_gbs * 1e9 / per_token
+    rate = {k: (new_tokens - 1) / m.median_s for k, m in timed.items()}
+    lines = [f"bound at {bandwidth_gbs:,.1f} GB/s: {bound:,.0f} tokens/s ({per_token / 1e6:,.0f} MB read per "
+             "token: weights + KV)"]
+    for kernel, label in (("c", "C kernel GEMVs"), ("torch", "torch Linears  ")):
+        m = timed[kernel]
+        lines.append(f"  {label} {rate[kernel]:8,.0f} tokens/s = {rate[kernel] / bound:4.0%} of the bound "
+                     f"({m.median_ms / (new_tokens - 1):.2f} ms per token, IQR {m.relative_iqr:.0%})")
+    gain = bench.speedup(timed["torch"], timed["c"])
+    lines.append(f"the same model and weights: the C kernel's GEMVs decode {gain:.2f}x "
+                 + ("faster than torch's, measured interleaved" if gain >= 1 else
+                    "as fast as torch's (slower), measured interleaved: look at the spread, and rerun"))
+    return "\n".join(lines)
+
+
 def estimated_tokens_per_s(model: TinyDecoder, bandwidth_gbs: float, context_len: int = 0) -> float:
     """Bandwidth-bound estimate: bandwidth / bytes read per token (weights, and K and V of context_len past
     tokens), in tokens/s."""

@@ -312,7 +312,7 @@ def test_effects_become_rows_even_when_lesson_code_is_missing_or_broken(monkeypa
 
 def test_rows_against_stream_pair_each_round_with_its_own_stream_run(monkeypatch):
     """Rounds of STREAM then the callables: the ratio is the median of per-round ratios (bytes moved / time
-    over that round's Triad), the best candidate is named, and tokens/s rows read that ratio against a bound."""
+    over that round's Triad), the best candidate is named, and tokens/s rows read it against a bound."""
     triads = iter([10.0, 20.0, 10.0])  # GB/s: the machine's load changes between rounds
     monkeypatch.setattr(effects, "stream_triad_gbs", lambda quick: next(triads))
     rounds = iter([{"a": [0.10, 0.12], "b": [0.2, 0.2]}, {"a": [0.05, 0.06], "b": [0.1, 0.1]},

@@ -35,8 +35,9 @@
  *
  * Threads: the rows of every layer are cut into chunks of about CHUNK_BYTES, and up to `threads` workers take
  * the next chunk as they finish one; whoever finishes a layer's last chunk prepares the next layer's input.
- * No worker waits for a given other: on a shared machine, one that loses its core for a while, or has not
- * woken yet, does fewer chunks instead of stalling the rest. The workers are a small pool started on first
+ * Nobody waits for a worker to start or to take its share (only for a layer's last chunks to be done): on a
+ * shared machine, one that loses its core for a while, or has not woken yet, does fewer chunks instead of
+ * stalling the rest. The workers are a small pool started on first
  * use and kept: after a call they wait SPIN_S seconds for the next one (decoding calls the kernel many times
  * a token), then sleep on a condition variable, so no idle thread is left spinning to slow whatever the
  * program runs next.

@@ -4,7 +4,8 @@ The kernel runs h <- h + h @ B_i over a stack of square layers, the same step as
 weight read once per step: it is written for the memory-bound case of batch-1 decoding. Its int8 and int4
 dot products have one instruction path per x86 SIMD level (PATHS: AVX-512 VNNI, AVX-VNNI, AVX2, plain C);
 the build picks the fastest this CPU runs, from the SIMD features hwopt.machine.hardware reads. Building
-takes well under a second; the shared library is cached by its source, compiler and flags.
+takes well under a second; the shared library is cached by its source, compiler and flags. Its fp32 loop also
+serves gemv_f32, y = W x + b for a Linear's weights, which the tiny decoder's decode steps run.
 """
 
 from __future__ import annotations

@@ -119,6 +119,7 @@ def test_decode_steps_in_the_c_kernel_match_torch():
     model = td.make_tiny_decoder(vocab_size=64, d_model=64, n_layers=2, n_heads=4, seed=1, kernel="c")
     prompt = torch.randint(0, 64, (1, 5), generator=torch.Generator().manual_seed(1))
     assert model.kernel == "c" and all(b.kernel == "c" for b in model.blocks)
+    threads = torch.get_num_threads()
     assert "C kernel" in model.gemv_runner()
     with torch.inference_mode():
         _, caches = model(prompt)
@@ -127,6 +128,7 @@ def test_decode_steps_in_the_c_kernel_match_torch():
         torch_logits, torch_caches = model(prompt[:, -1:], caches, start=5)
     assert model.gemv_runner().startswith("torch")
     torch.testing.assert_close(c_logits, torch_logits, rtol=1e-4, atol=1e-4)
+    assert torch.get_num_threads() == threads  # one torch thread during the C kernel's step, then restored
     for (ck, cv), (tk, tv) in zip(c_caches, torch_caches, strict=True):  # one (K, V) per layer, as before
         torch.testing.assert_close(ck, tk, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(cv, tv, rtol=1e-4, atol=1e-4)

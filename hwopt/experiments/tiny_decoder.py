@@ -7,14 +7,17 @@ weights, and the K and V of every past token).
 At batch 1 torch runs each of those matrix-vector products (GEMVs) as a separate call, on one core here, and
 reaches a fraction of the bandwidth. So where the C kernel builds (lowbit_gemv), a decode step on the CPU
 outside autograd sends every projection (Q/K/V fused in one Linear, the output projection, the MLP's two
-Linears, the head) through its fp32 GEMV on all of torch's threads; the prompt (several tokens at once),
-training and GPUs stay in torch. `kernel` chooses: "auto" (the C kernel where it builds), "c", or "torch".
+Linears, the head) through its fp32 GEMV on all of torch's threads, and runs the small torch ops between them
+on one thread (torch.set_num_threads(1) for the step, restored after it: the process's torch runs on one
+thread meanwhile); the prompt (several tokens at once), training and GPUs stay in torch. `kernel` chooses:
+"auto" (the C kernel where it builds), "c", or "torch".
 
 The KV cache is a list with one (K, V) pair per layer, each (batch, heads, past tokens, head_dim).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -47,8 +50,22 @@ def _kernel_lib(kernel: str):
     return lib
 
 
-def project(layer: nn.Linear, x, kernel: str = "auto"):
-    """layer(x); one fp32 vector on the CPU outside autograd runs in the C kernel's GEMV (see the top)."""
+@contextlib.contextmanager
+def _one_torch_thread():
+    """torch on one thread for the block: the small ops between a decode step's GEMVs (vectors of a few
+    thousand numbers) would otherwise wake torch's thread pool, which then spins and waits for its threads,
+    taking cores from the GEMVs (on a busy machine, a preempted thread stalls every such op)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def project(layer: nn.Linear, x, kernel: str = "auto", threads: int | None = None):
+    """layer(x); one fp32 vector on the CPU outside autograd runs in the C kernel's GEMV (see the top), on
+    `threads` cores (default: torch's thread count)."""
     lib = _kernel_lib(kernel) if x.shape[:-1].numel() == 1 and x.device.type == "cpu" else None
     w, b = layer.weight, layer.bias
     if (lib is None or torch.is_grad_enabled() or x.dtype != torch.float32 or w.dtype != torch.float32
@@ -57,7 +74,8 @@ def project(layer: nn.Linear, x, kernel: str = "auto"):
     x = x.contiguous()
     y = torch.empty(*x.shape[:-1], w.shape[0])
     status = lib.lowbit_gemv_f32(w.shape[0], w.shape[1], w.data_ptr(), x.data_ptr(),
-                                 None if b is None else b.data_ptr(), y.data_ptr(), torch.get_num_threads())
+                                 None if b is None else b.data_ptr(), y.data_ptr(),
+                                 threads or torch.get_num_threads())
     if status != 0:
         raise RuntimeError(f"lowbit_gemv_f32 failed: {lowbit_gemv.ERRORS.get(status, status)}")
     return y
@@ -81,20 +99,22 @@ class Block(nn.Module):
         self.up = nn.Linear(d_model, 4 * d_model)
         self.down = nn.Linear(4 * d_model, d_model)
 
-    def forward(self, x, cache=None):
-        """x (batch, seq, d_model), cache (k, v) each (batch, heads, past, head_dim) -> (y, new cache)."""
+    def forward(self, x, cache=None, threads: int | None = None):
+        """x (batch, seq, d_model), cache (k, v) each (batch, heads, past, head_dim) -> (y, new cache);
+        threads: cores for the C kernel's GEMVs (default: torch's thread count)."""
         b, s, d = x.shape
         if cache is not None and s > 1:
             raise ValueError("with a cache, feed one token at a time (x must have seq = 1)")
-        q, k, v = project(self.qkv, self.norm1(x), self.kernel).split(d, dim=-1)
+        q, k, v = project(self.qkv, self.norm1(x), self.kernel, threads).split(d, dim=-1)
         q, k, v = (t.view(b, s, self.n_heads, d // self.n_heads).transpose(1, 2) for t in (q, k, v))
         if cache is not None:
             k = torch.cat([cache[0], k], dim=2)
             v = torch.cat([cache[1], v], dim=2)
         # A causal mask is only needed when several new tokens attend among themselves (the prompt).
         attn = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None and s > 1)
-        x = x + project(self.proj, attn.transpose(1, 2).reshape(b, s, d), self.kernel)
-        x = x + project(self.down, F.gelu(project(self.up, self.norm2(x), self.kernel)), self.kernel)
+        x = x + project(self.proj, attn.transpose(1, 2).reshape(b, s, d), self.kernel, threads)
+        up = project(self.up, self.norm2(x), self.kernel, threads)
+        x = x + project(self.down, F.gelu(up), self.kernel, threads)
         return x, (k, v)
 
 
@@ -145,13 +165,17 @@ class TinyDecoder(nn.Module):
             raise ValueError(f"tokens must be (batch, seq); got shape {tuple(tokens.shape)}")
         if start + tokens.shape[1] > self.max_len:
             raise ValueError(f"sequence longer than max_len={self.max_len}")
-        positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
-        x = self.tok(tokens) + self.pos(positions)
-        new = []
-        for i, block in enumerate(self.blocks):
-            x, c = block(x, None if caches is None else caches[i])
-            new.append(c)
-        return project(self.head, self.norm(x), self.kernel), new
+        threads = torch.get_num_threads()
+        in_c = (tokens.numel() == 1 and tokens.device.type == "cpu" and not torch.is_grad_enabled()
+                and _kernel_lib(self.kernel) is not None)
+        with _one_torch_thread() if in_c and threads > 1 else contextlib.nullcontext():
+            positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
+            x = self.tok(tokens) + self.pos(positions)
+            new = []
+            for i, block in enumerate(self.blocks):
+                x, c = block(x, None if caches is None else caches[i], threads)
+                new.append(c)
+            return project(self.head, self.norm(x), self.kernel, threads), new
 
 
 def make_tiny_decoder(vocab_size: int = 8192, d_model: int = 1024, n_layers: int = 4, n_heads: int = 8,

@@ -343,7 +343,8 @@ def _prepare(stack, precision: str) -> list[tuple[np.ndarray, np.ndarray | None]
 
 def step_fn(stack, precision: str, threads: int | None = None, lib: ctypes.CDLL | None = None
             ) -> Callable[[], np.ndarray]:
-    """Zero-argument function running the decode step in C at `precision` -> (d_model,) fp32.
+    """Zero-argument function running the decode step in C at `precision` -> (d_model,) fp32 (it reuses its
+    buffers: call it from one thread at a time; separate step functions may run concurrently).
 
     stack: anything with .layers (square (d, d) fp32 arrays, d a multiple of 64) and .x (d,), such as
     hwopt.experiments.decode.make_stack(). threads: worker threads (default: torch's intra-op thread count).

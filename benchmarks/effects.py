@@ -331,10 +331,15 @@ def run_against_stream(setup: Setup, *, rounds: int, quick: bool) -> tuple[dict,
 def run_setup(setup: Setup, *, repeats: int, quick: bool = True) -> list[dict]:
     """Time a Setup's callables interleaved; one speedup row per comparison (fastest vs fastest), and one
     row per AgainstStream (rounds of STREAM Triad and the callables, `repeats` rounds)."""
-    stream_rows = []
+    stream_rows, res = [], None
     if setup.against_stream:
-        res, stream_rows = run_against_stream(setup, rounds=repeats, quick=quick)
-    else:
+        try:
+            stream_executable()
+            res, stream_rows = run_against_stream(setup, rounds=repeats, quick=quick)
+        except native.NativeUnavailable as exc:  # no C compiler: the other rows are still measured
+            stream_rows = [report.unavailable_row(r.name, f"C STREAM not available: {exc}", goal=r.goal,
+                                                  kind="fidelity") for r in setup.against_stream]
+    if res is None:
         res = bench.compare(setup.fns, repeats=repeats, warmup=2, settle_s=setup.settle_s)
     res = {k: per_item(m, setup.items.get(k, 1)) for k, m in res.items()}
     rows = []

@@ -338,6 +338,21 @@ def test_rows_against_stream_pair_each_round_with_its_own_stream_run(monkeypatch
     assert vs_bound["verdict"] == report.BELOW
 
 
+def test_without_a_compiler_the_rows_against_stream_say_so_and_the_others_are_measured(monkeypatch):
+    def no_compiler():
+        raise native.NativeUnavailable("no C compiler found (tried gcc)")
+
+    monkeypatch.setattr(effects, "stream_executable", no_compiler)
+    monkeypatch.setattr(effects.bench, "compare", lambda fns, **kw: {"a": m("a", [1.0]), "b": m("b", [2.0])})
+    setup = effects.Setup({"a": lambda: None, "b": lambda: None},
+                          [effects.Comparison("a / b", 1.5, ["b"], ["a"])],
+                          against_stream=[effects.AgainstStream("a / STREAM", 0.85, ["a"])],
+                          bytes_moved={"a": 1.0, "b": 1.0})
+    speedup, vs_stream = effects.run_setup(setup, repeats=1)
+    assert speedup["ratio"] == pytest.approx(2.0)
+    assert vs_stream["verdict"] == report.UNAVAILABLE and "no C compiler" in vs_stream["note"]
+
+
 def test_per_item_divides_each_repeat_by_the_items_per_call():
     assert effects.per_item(m("b", [8.0, 16.0]), 8).times_s == (1.0, 2.0)
     with pytest.raises(ValueError, match="items"):

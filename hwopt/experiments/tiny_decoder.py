@@ -4,8 +4,8 @@ Shapes: tokens (batch, seq) int64 -> logits (batch, seq, vocab_size). Each gener
 layer once on a single vector, so decode speed is bounded by memory bandwidth / bytes read per token (the
 weights, and the K and V of every past token).
 
-At batch 1 torch runs each of those matrix-vector products (GEMVs) as a separate call, on one core here, and
-reaches a fraction of the bandwidth. So where the C kernel builds (lowbit_gemv), a decode step on the CPU
+At batch 1 torch runs each of those matrix-vector products (GEMVs) as a separate call (MKL's fp32 GEMV used
+one core on the EPYC CPUs we measured) and reaches a fraction of the bandwidth. So where the C kernel builds (lowbit_gemv), a decode step on the CPU
 outside autograd sends every projection (Q/K/V fused in one Linear, the output projection, the MLP's two
 Linears, the head) through its fp32 GEMV on all of torch's threads, and runs the small torch ops between them
 on one thread (torch.set_num_threads(1) for the step, restored after it: the process's torch runs on one

@@ -314,6 +314,7 @@ def test_rows_against_stream_pair_each_round_with_its_own_stream_run(monkeypatch
     """Rounds of STREAM then the callables: the ratio is the median of per-round ratios (bytes moved / time
     over that round's Triad), the best candidate is named, and tokens/s rows read it against a bound."""
     triads = iter([10.0, 20.0, 10.0])  # GB/s: the machine's load changes between rounds
+    monkeypatch.setattr(effects, "stream_executable", lambda: Path("stream"))
     monkeypatch.setattr(effects, "stream_triad_gbs", lambda quick: next(triads))
     rounds = iter([{"a": [0.10, 0.12], "b": [0.2, 0.2]}, {"a": [0.05, 0.06], "b": [0.1, 0.1]},
                    {"a": [0.10, 0.10], "b": [0.2, 0.2]}])

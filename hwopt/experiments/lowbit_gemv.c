@@ -30,8 +30,9 @@
  * In every vector path each step of a loop works on 4 rows, so one load of h serves all four.
  *
  * fp32 rows are plain (row r of W is W[r, :]); each step of the loop reads 64 bytes of 4 neighbouring rows
- * and asks for the same bytes of the next 4 rows ahead of use. The same fp32 loop serves lowbit_gemv_f32, a
- * general y = W x + b for the (out, in) weights of a torch Linear (the tiny decoder's projections).
+ * and asks for the same bytes of rows at least 32 KiB further on, ahead of use. The same fp32 loop serves
+ * lowbit_gemv_f32, a general y = W x + b for the (out, in) weights of a torch Linear (the tiny decoder's
+ * projections).
  *
  * Threads: the rows of every layer are cut into chunks of about CHUNK_BYTES, and up to `threads` workers take
  * the next chunk as they finish one; whoever finishes a layer's last chunk prepares the next layer's input.

@@ -87,7 +87,8 @@ DECODE_VS_STREAM = [("fp32 decode bytes/s / STREAM", 0.85), ("int8 decode bytes/
                     ("int4 decode bytes/s / STREAM", 0.85)]
 DECODE = [("int8 decode GEMV / best fp32", 2.5), ("int4 decode GEMV / best fp32", 3.5), *DECODE_VS_STREAM]
 TINY_DECODER = [("tiny decoder tokens/s / bound", 0.75),
-                ("tiny decoder with torch GEMVs tokens/s / bound", None)]
+                ("tiny decoder with torch GEMVs tokens/s / bound", None),
+                ("tiny decoder's GEMVs alone bytes/s / STREAM", None)]
 BATCHING = [("best batched throughput / batch 1", 10.0)]
 ORT = [("ORT / torch eager at batch 1", None)]
 FUSION = [("fused / unfused elementwise chain", 2.0)]
@@ -121,7 +122,8 @@ def setup_decode(quick: bool) -> Setup:
 def setup_tiny_decoder(quick: bool) -> Setup:
     """Lesson 2: the tiny decoder's measured tokens/s against its bandwidth bound (weights + KV per token),
     its GEMVs in the C kernel (where it builds) and, for comparison, in torch."""
-    td = need("experiments.tiny_decoder", "make_tiny_decoder", "decode_steps", "decode_bytes_read")
+    td = need("experiments.tiny_decoder", "make_tiny_decoder", "decode_steps", "decode_bytes_read",
+              "gemvs_alone")
     decode = need("experiments.decode", "SETTLE_S")
     model = td.make_tiny_decoder()
     prompt_len, new_tokens = 16, 16
@@ -135,19 +137,24 @@ def setup_tiny_decoder(quick: bool) -> Setup:
 
         fns[label] = run
     model.kernel = "auto"
+    fns["GEMVs alone"] = td.gemvs_alone(model, new_tokens - 1)
     moved = td.decode_bytes_read(model, prompt_len, new_tokens)
     weights_mb = td.weight_bytes_per_token(model) / 1e6
     note = (f"hwopt.experiments.tiny_decoder.make_tiny_decoder(): {weights_mb:,.0f} MB of fp32 weights per "
             f"token (last-level cache {_llc_bytes() / 2**20:,.0f} MiB), "
             f"{new_tokens - 1} steps after a {prompt_len}-token prompt; bound = STREAM Triad / (weights + KV "
             "bytes per token)")
-    (name, goal), (torch_name, torch_goal) = TINY_DECODER
+    (name, goal), (torch_name, torch_goal), (alone_name, alone_goal) = TINY_DECODER
     rows = [AgainstStream(name, goal, ["tiny decoder"], f"{note}; GEMVs in {model.gemv_runner()}",
                           "tokens/s"),
             AgainstStream(torch_name, torch_goal, ["tiny decoder, torch GEMVs"],
-                          "for information: the same model with every Linear in torch", "tokens/s")]
+                          "for information: the same model with every Linear in torch", "tokens/s"),
+            AgainstStream(alone_name, alone_goal, ["GEMVs alone"],
+                          "for information, why the decoder is below its bound: the same GEMVs with nothing "
+                          "between them (the gap between this row and the first is the rest of the step)")]
+    moved_by = {k: moved for k in fns} | {"GEMVs alone": (new_tokens - 1) * td.weight_bytes_per_token(model)}
     return Setup(fns, [], items={k: new_tokens - 1 for k in fns}, settle_s=decode.SETTLE_S,
-                 against_stream=rows, bytes_moved={k: moved for k in fns})
+                 against_stream=rows, bytes_moved=moved_by)
 
 
 def setup_batching(quick: bool) -> Setup:

@@ -960,6 +960,7 @@ VALID: dict[str, Callable[[], Call]] = {
                                                20.0, 16, zero="context_len"),
         "kv_bytes_read": lambda: call(tiny_decoder.kv_bytes_read, decoder(), 16, zero="context_len"),
         "decode_steps": lambda: call(tiny_decoder.decode_steps, decoder(), 4, 3, "cpu"),
+        "gemvs_alone": lambda: call(tiny_decoder.gemvs_alone, decoder(), 2),
         "decode_bytes_read": lambda: call(tiny_decoder.decode_bytes_read, decoder(), 4, 3),
         "TinyDecoder.gemv_runner": lambda: call(decoder().gemv_runner),
         "compare_kernels": lambda: call(tiny_decoder.compare_kernels, decoder(), 20.0, 4, 3, 1),

@@ -182,3 +182,14 @@ def test_compare_kernels_says_why_there_is_nothing_to_compare(model, monkeypatch
     assert "not available here (no C compiler" in td.compare_kernels(model, 20.0)
     with pytest.raises(ValueError, match="bandwidth_gbs"):
         td.compare_kernels(model, 0.0)
+
+
+def test_gemvs_alone_run_every_linear_once_a_token(model, monkeypatch):
+    calls = []
+    real = td.project
+    monkeypatch.setattr(td, "project", lambda layer, x, kernel="auto": calls.append(layer) or real(layer, x))
+    out = td.gemvs_alone(model, tokens=2)()
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert calls == linears * 2 and out.shape == (1, 1, 50)  # the head comes last
+    with pytest.raises(ValueError, match="tokens"):
+        td.gemvs_alone(model, 0)

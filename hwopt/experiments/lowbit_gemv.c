@@ -55,7 +55,9 @@
 #include <time.h>
 
 #define MAX_THREADS 64
+#ifndef CHUNK_BYTES
 #define CHUNK_BYTES 65536 /* weights per unit of work: long enough a stream for the prefetchers */
+#endif
 #define SPIN_S 5e-4       /* how long an idle worker waits for the next call before it sleeps */
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__FMA__)

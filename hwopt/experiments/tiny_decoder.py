@@ -5,12 +5,12 @@ layer once on a single vector, so decode speed is bounded by memory bandwidth / 
 weights, and the K and V of every past token).
 
 At batch 1 torch runs each of those matrix-vector products (GEMVs) as a separate call (MKL's fp32 GEMV used
-one core on the EPYC CPUs we measured) and reaches a fraction of the bandwidth. So where the C kernel builds (lowbit_gemv), a decode step on the CPU
-outside autograd sends every projection (Q/K/V fused in one Linear, the output projection, the MLP's two
-Linears, the head) through its fp32 GEMV on all of torch's threads, and runs the small torch ops between them
-on one thread (torch.set_num_threads(1) for the step, restored after it: the process's torch runs on one
-thread meanwhile); the prompt (several tokens at once), training and GPUs stay in torch. `kernel` chooses:
-"auto" (the C kernel where it builds), "c", or "torch".
+one core on the EPYC CPUs we measured) and reaches a fraction of the bandwidth. So where the C kernel builds
+(lowbit_gemv), a decode step on the CPU outside autograd sends every projection (Q/K/V fused in one Linear,
+the output projection, the MLP's two Linears, the head) through its fp32 GEMV on all of torch's threads, and
+runs the small torch ops between them on one thread (torch.set_num_threads(1) for the step, restored after
+it: the process's torch runs on one thread meanwhile); the prompt (several tokens at once), training and
+GPUs stay in torch. `kernel` chooses: "auto" (the C kernel where it builds), "c", or "torch".
 
 The KV cache is a list with one (K, V) pair per layer, each (batch, heads, past tokens, head_dim).
 """
@@ -240,6 +240,26 @@ def decode_steps(model: TinyDecoder, prompt_len: int = 16, new_tokens: int = 32,
             return nxt
 
     return steps
+
+
+def gemvs_alone(model: TinyDecoder, tokens: int = 1):
+    """A zero-argument function running only the GEMVs of `tokens` decode steps (every Linear once a token,
+    on fixed input vectors, as a C-kernel step runs them): what a step would cost with nothing between them.
+    It reads tokens x weight_bytes_per_token(model) bytes."""
+    arguments.instance("model", model, TinyDecoder)
+    tokens = arguments.count("tokens", tokens, "tokens")
+    device = next(model.parameters()).device
+    layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    inputs = [torch.randn(1, 1, layer.in_features, device=device) for layer in layers]
+
+    def run():
+        with torch.inference_mode():
+            for _ in range(tokens):
+                for layer, x in zip(layers, inputs, strict=True):
+                    y = project(layer, x, model.kernel)
+            return y
+
+    return run
 
 
 def measure_decode(model: TinyDecoder, prompt_len: int = 16, new_tokens: int = 32, device="cpu",

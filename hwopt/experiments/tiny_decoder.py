@@ -244,8 +244,8 @@ def decode_steps(model: TinyDecoder, prompt_len: int = 16, new_tokens: int = 32,
 
 def gemvs_alone(model: TinyDecoder, tokens: int = 1):
     """A zero-argument function running only the GEMVs of `tokens` decode steps (every Linear once a token,
-    on fixed input vectors, as a C-kernel step runs them): what a step would cost with nothing between them.
-    It reads tokens x weight_bytes_per_token(model) bytes."""
+    on fixed input vectors, in whatever the model's `kernel` says when it runs): what a step would cost with
+    nothing between them. It reads tokens x weight_bytes_per_token(model) bytes."""
     arguments.instance("model", model, TinyDecoder)
     tokens = arguments.count("tokens", tokens, "tokens")
     device = next(model.parameters()).device

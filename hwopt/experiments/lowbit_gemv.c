@@ -58,7 +58,11 @@
 #ifndef CHUNK_BYTES
 #define CHUNK_BYTES 65536 /* weights per unit of work: long enough a stream for the prefetchers */
 #endif
-#define SPIN_S 5e-4       /* how long an idle worker waits for the next call before it sleeps */
+#ifndef SPIN_S
+#define SPIN_S 5e-5 /* how long an idle worker waits for the next call before it sleeps: 50 us decoded the
+                     * tiny decoder faster than 500 us or 2 ms on a shared EPYC Genoa (a late worker only
+                     * joins late: the caller starts at once) */
+#endif
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__FMA__)
 #define KERNEL_PATH "avx512-vnni"

@@ -6,12 +6,16 @@ of what a lesson measures); `measure` times them with machine.bench.compare and 
 
 from __future__ import annotations
 
+import functools
 import importlib
+import tempfile
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from benchmarks import report
+from benchmarks import native, report
 from hwopt.machine import bench
 
 
@@ -32,6 +36,21 @@ class Comparison:
 
 
 @dataclass
+class AgainstStream:
+    """One report row: bytes moved per second by the best of `candidates` / STREAM Triad, round by round.
+
+    unit 'GB/s': both sides as bytes per second; 'tokens/s': the candidate's items per second against the
+    bound that STREAM's rate sets (STREAM bytes/s / bytes per item) - the same ratio, read as tokens.
+    """
+
+    name: str
+    goal: float | None
+    candidates: list[str]
+    note: str = ""
+    unit: str = "GB/s"
+
+
+@dataclass
 class Setup:
     """Callables to time in one interleaved run, and the comparisons (report rows) drawn from it."""
 
@@ -39,6 +58,10 @@ class Setup:
     comparisons: list[Comparison]
     items: dict[str, int] = field(default_factory=dict)  # items per call (per-item time = time / items)
     settle_s: float = 0.0  # untimed run of each callable before each repeat (hwopt.machine.bench.compare)
+    # Rows against STREAM: then each repeat is a round of STREAM Triad followed by every callable, and
+    # bytes_moved[label] says what one call moves (weights, scales, activations; KV for the decoder).
+    against_stream: list[AgainstStream] = field(default_factory=list)
+    bytes_moved: dict[str, float] = field(default_factory=dict)
 
 
 def need(module: str, *names: str):
@@ -61,7 +84,12 @@ def _llc_bytes() -> int:
 
 # ---------------------------------------------------------------- the effects
 
-DECODE = [("int8 decode GEMV / best fp32", 2.5), ("int4 decode GEMV / best fp32", 3.5)]
+DECODE_VS_STREAM = [("fp32 decode bytes/s / STREAM", 0.85), ("int8 decode bytes/s / STREAM", 0.85),
+                    ("int4 decode bytes/s / STREAM", 0.85)]
+DECODE = [("int8 decode GEMV / best fp32", 2.5), ("int4 decode GEMV / best fp32", 3.5), *DECODE_VS_STREAM]
+TINY_DECODER = [("tiny decoder tokens/s / bound", 0.75),
+                ("tiny decoder with torch GEMVs tokens/s / bound", None),
+                ("tiny decoder's GEMVs alone bytes/s / STREAM", None)]
 BATCHING = [("best batched throughput / batch 1", 10.0)]
 ORT = [("ORT / torch eager at batch 1", None)]
 FUSION = [("fused / unfused elementwise chain", 2.0)]
@@ -88,8 +116,58 @@ def setup_decode(quick: bool) -> Setup:
             f"fp32 weights; fastest of {', '.join(by['int8'] + by['int4'])} vs fastest of "
             f"{', '.join(by['fp32'])}; each runs untimed for {decode.SETTLE_S:g} s before each repeat")
     rows = [Comparison(name, goal, by["fp32"], by[prec], note)
-            for (name, goal), prec in zip(DECODE, ("int8", "int4"), strict=True)]
-    return Setup({k: p.fn for k, p in paths.items()}, rows, settle_s=decode.SETTLE_S)
+            for (name, goal), prec in zip(DECODE[:2], ("int8", "int4"), strict=True)]
+    moved = {k: p.weight_bytes + decode.activation_bytes(stack) for k, p in paths.items()}
+    stream_note = (f"decode: {n_layers} layers of {d_model}x{d_model}; bytes moved per step = weights + "
+                   "their scales + every layer's fp32 input and output")
+    vs_stream = [AgainstStream(name, goal, by[prec], stream_note)
+                 for (name, goal), prec in zip(DECODE_VS_STREAM, ("fp32", "int8", "int4"), strict=True)]
+    return Setup({k: p.fn for k, p in paths.items()}, rows, settle_s=decode.SETTLE_S,
+                 against_stream=vs_stream, bytes_moved=moved)
+
+
+def setup_tiny_decoder(quick: bool) -> Setup:
+    """Lesson 2: the tiny decoder's measured tokens/s against its bandwidth bound (weights + KV per token),
+    its GEMVs in the C kernel (where it builds) and, for comparison, in torch."""
+    td = need("experiments.tiny_decoder", "make_tiny_decoder", "decode_steps", "decode_bytes_read",
+              "gemvs_alone")
+    decode = need("experiments.decode", "SETTLE_S")
+    model = td.make_tiny_decoder()
+    prompt_len, new_tokens = 16, 16
+    fns = {}
+    for label, kernel in (("tiny decoder", "auto"), ("tiny decoder, torch GEMVs", "torch")):
+        steps = td.decode_steps(model, prompt_len, new_tokens)
+
+        def run(steps=steps, kernel=kernel):
+            model.kernel = kernel
+            return steps()
+
+        fns[label] = run
+    model.kernel = "auto"
+    alone = td.gemvs_alone(model, new_tokens - 1)
+
+    def gemvs():
+        model.kernel = "auto"  # as the first row's decoder runs them
+        return alone()
+
+    fns["GEMVs alone"] = gemvs
+    moved = td.decode_bytes_read(model, prompt_len, new_tokens)
+    weights_mb = td.weight_bytes_per_token(model) / 1e6
+    note = (f"hwopt.experiments.tiny_decoder.make_tiny_decoder(): {weights_mb:,.0f} MB of fp32 weights per "
+            f"token (last-level cache {_llc_bytes() / 2**20:,.0f} MiB), "
+            f"{new_tokens - 1} steps after a {prompt_len}-token prompt; bound = STREAM Triad / (weights + KV "
+            "bytes per token)")
+    (name, goal), (torch_name, torch_goal), (alone_name, alone_goal) = TINY_DECODER
+    rows = [AgainstStream(name, goal, ["tiny decoder"], f"{note}; GEMVs in {model.gemv_runner()}",
+                          "tokens/s"),
+            AgainstStream(torch_name, torch_goal, ["tiny decoder, torch GEMVs"],
+                          "for information: the same model with every Linear in torch", "tokens/s"),
+            AgainstStream(alone_name, alone_goal, ["GEMVs alone"],
+                          "for information, why the decoder is below its bound: the same GEMVs with nothing "
+                          "between them (the gap between this row and the first is the rest of the step)")]
+    moved_by = {k: moved for k in fns} | {"GEMVs alone": (new_tokens - 1) * td.weight_bytes_per_token(model)}
+    return Setup(fns, [], items={k: new_tokens - 1 for k in fns}, settle_s=decode.SETTLE_S,
+                 against_stream=rows, bytes_moved=moved_by)
 
 
 def setup_batching(quick: bool) -> Setup:
@@ -267,6 +345,7 @@ def setup_speculative(quick: bool) -> Setup:
 
 EFFECTS: list[tuple[Callable[[bool], Setup], list[tuple[str, float | tuple[float, float] | None]]]] = [
     (setup_decode, DECODE),
+    (setup_tiny_decoder, TINY_DECODER),
     (setup_batching, BATCHING),
     (setup_fusion, FUSION),
     (setup_profiling, PROFILING),
@@ -290,9 +369,84 @@ def per_item(m: bench.Measurement, items: int) -> bench.Measurement:
     return bench.Measurement(m.label, tuple(t / items for t in m.times_s), number=m.number, device=m.device)
 
 
-def run_setup(setup: Setup, *, repeats: int) -> list[dict]:
-    """Time a Setup's callables interleaved; one speedup row per comparison (fastest vs fastest)."""
-    res = bench.compare(setup.fns, repeats=repeats, warmup=2, settle_s=setup.settle_s)
+@functools.cache
+def stream_executable() -> Path:
+    """benchmarks/stream.c compiled once per process (into a folder removed at exit)."""
+    folder = tempfile.TemporaryDirectory(prefix="hwopt-stream-")
+    stream_executable.folder = folder  # lives as long as the cached path
+    return native.compile_kernel("stream", Path(folder.name))
+
+
+STREAM_TRIALS = 2  # per round: STREAM Triad's best of 2 trials, each callable's faster of 2 calls
+
+
+def stream_triad_gbs(quick: bool) -> float:
+    """One round of the C STREAM Triad on torch's thread count: the best of STREAM_TRIALS trials, GB/s."""
+    import torch
+
+    from benchmarks import fidelity
+
+    n = native.stream_elements_for(fidelity.stream_array_bytes(quick, _llc_bytes()))
+    out = native.run_stream(stream_executable(), n, STREAM_TRIALS, threads=torch.get_num_threads())
+    return max(out["triad_bytes"] / t / 1e9 for t in out["triad_s"] if t > 0)
+
+
+def run_against_stream(setup: Setup, *, rounds: int, quick: bool) -> tuple[dict, list[dict]]:
+    """Rounds of STREAM Triad then every callable (interleaved, STREAM_TRIALS calls each): the callables'
+    Measurements over all rounds, and one row per AgainstStream from the per-round ratios."""
+    triad, best_s, times = [], {k: [] for k in setup.fns}, {k: [] for k in setup.fns}
+    for r in range(rounds):
+        triad.append(stream_triad_gbs(quick))
+        with warnings.catch_warnings():  # two calls a round are noisy on their own; the rows show the spread
+            warnings.simplefilter("ignore", bench.NoisyMeasurementWarning)
+            res = bench.compare(setup.fns, repeats=STREAM_TRIALS, warmup=2 if r == 0 else 0,
+                                settle_s=setup.settle_s)
+        for k, m in res.items():
+            times[k] += m.times_s
+            best_s[k].append(m.min_s)
+    rows = []
+    for row in setup.against_stream:
+        ratios = {k: [setup.bytes_moved[k] / t / 1e9 / g for t, g in zip(best_s[k], triad, strict=True)]
+                  for k in row.candidates}
+        best = max(row.candidates, key=lambda k: bench.quantile(ratios[k], 0.5))
+        bytes_per_item = setup.bytes_moved[best] / setup.items.get(best, 1)
+        if row.unit == "GB/s":
+            candidate = [setup.bytes_moved[best] / t / 1e9 for t in best_s[best]]
+            reference = triad
+        else:
+            candidate = [setup.items.get(best, 1) / t for t in best_s[best]]
+            reference = [g * 1e9 / bytes_per_item for g in triad]
+        others = ", ".join(f"{k} {bench.quantile(v, 0.5):.2f}" for k, v in ratios.items() if k != best)
+        note = "; ".join(filter(None, [
+            row.note, f"best path: {best}" if len(row.candidates) > 1 else "",
+            f"the others (median ratio): {others}" if others else "",
+            f"{rounds} rounds of STREAM Triad (C, best of {STREAM_TRIALS} trials) then each path (faster of "
+            f"{STREAM_TRIALS} calls), interleaved; ratio = median of the per-round ratios, brackets: their "
+            "IQR"]))
+        reference_label = "STREAM Triad" if row.unit == "GB/s" else "bound at STREAM Triad"
+        line = report.fidelity_row(row.name, report.rate_stats(best, candidate, row.unit),
+                                   report.rate_stats(reference_label, reference, row.unit), goal=row.goal,
+                                   note=note, pairs=ratios[best])
+        # the median of the paired ratios: each round's load on the machine hits both sides alike
+        line["ratio"] = bench.quantile(ratios[best], 0.5)
+        line["verdict"] = report.verdict(line["ratio"], row.goal)
+        rows.append(line)
+    return {k: bench.Measurement(k, tuple(v)) for k, v in times.items()}, rows
+
+
+def run_setup(setup: Setup, *, repeats: int, quick: bool = True) -> list[dict]:
+    """Time a Setup's callables interleaved; one speedup row per comparison (fastest vs fastest), and one
+    row per AgainstStream (rounds of STREAM Triad and the callables, `repeats` rounds)."""
+    stream_rows, res = [], None
+    if setup.against_stream:
+        try:
+            stream_executable()
+            res, stream_rows = run_against_stream(setup, rounds=repeats, quick=quick)
+        except native.NativeUnavailable as exc:  # no C compiler: the other rows are still measured
+            stream_rows = [report.unavailable_row(r.name, f"C STREAM not available: {exc}", goal=r.goal,
+                                                  kind="fidelity") for r in setup.against_stream]
+    if res is None:
+        res = bench.compare(setup.fns, repeats=repeats, warmup=2, settle_s=setup.settle_s)
     res = {k: per_item(m, setup.items.get(k, 1)) for k, m in res.items()}
     rows = []
     for c in setup.comparisons:
@@ -305,7 +459,7 @@ def run_setup(setup: Setup, *, repeats: int) -> list[dict]:
                                               note=note))
         else:
             rows.append(report.speedup_row(c.name, res[base], res[best], goal=c.goal, note=note))
-    return rows
+    return rows + stream_rows
 
 
 def measure(*, quick: bool, effects=None, progress=None) -> tuple[dict, list[str]]:
@@ -314,7 +468,7 @@ def measure(*, quick: bool, effects=None, progress=None) -> tuple[dict, list[str
     repeats = 5 if quick else 15
     for build, declared in effects or EFFECTS:
         try:
-            rows += run_setup(build(quick), repeats=repeats)
+            rows += run_setup(build(quick), repeats=repeats, quick=quick)
         except Unavailable as exc:
             rows += [report.unavailable_row(name, str(exc), goal=goal) for name, goal in declared]
         except Exception as exc:  # a lesson module that breaks must not take the report down with it

@@ -420,6 +420,48 @@ def test_a_prediction_comparison_becomes_a_prediction_row_and_a_band_survives_un
     assert gone["verdict"] == report.UNAVAILABLE and gone["goal"] == (0.7, 1.3)
     names = [name for _, declared in effects.EFFECTS for name, *_ in declared]
     assert {"SDPA / naive attention at 4k tokens", "speculative speedup predicted / measured"} <= set(names)
+def test_rows_against_stream_pair_each_round_with_its_own_stream_run(monkeypatch):
+    """Rounds of STREAM then the callables: the ratio is the median of per-round ratios (bytes moved / time
+    over that round's Triad), the best candidate is named, and tokens/s rows read it against a bound."""
+    triads = iter([10.0, 20.0, 10.0])  # GB/s: the machine's load changes between rounds
+    monkeypatch.setattr(effects, "stream_executable", lambda: Path("stream"))
+    monkeypatch.setattr(effects, "stream_triad_gbs", lambda quick: next(triads))
+    rounds = iter([{"a": [0.10, 0.12], "b": [0.2, 0.2]}, {"a": [0.05, 0.06], "b": [0.1, 0.1]},
+                   {"a": [0.10, 0.10], "b": [0.2, 0.2]}])
+    monkeypatch.setattr(effects.bench, "compare",
+                        lambda fns, **kw: {k: m(k, t) for k, t in next(rounds).items()})
+    setup = effects.Setup({"a": lambda: None, "b": lambda: None},
+                          [effects.Comparison("a / b", 1.5, ["b"], ["a"])],
+                          items={"a": 1, "b": 10},
+                          against_stream=[effects.AgainstStream("best / STREAM", 0.85, ["a", "b"], "fake"),
+                                          effects.AgainstStream("b / bound", 0.9, ["b"], unit="tokens/s")],
+                          bytes_moved={"a": 0.9e9, "b": 1e9})
+    speedup, vs_stream, vs_bound = effects.run_setup(setup, repeats=3)
+    assert speedup["candidate"]["repeats"] == 6  # both calls of every round
+    # a moves 0.9 GB in its best call of each round: 9, 18, 9 GB/s against 10, 20, 10 -> 0.9 every round
+    assert vs_stream["ratio"] == pytest.approx(0.9) and vs_stream["verdict"] == report.MEETS
+    assert vs_stream["ratio_q1"] == pytest.approx(0.9) and "best path: a" in vs_stream["note"]
+    assert "b 0.50" in vs_stream["note"]  # the other candidate's median ratio
+    # b: 10 tokens of 0.1 GB each in 0.2 s -> 50 tokens/s against a bound of 100 (Triad 10 GB/s)
+    assert vs_bound["candidate"]["unit"] == "tokens/s"
+    assert vs_bound["candidate"]["median"] == pytest.approx(50)
+    assert vs_bound["baseline"]["median"] == pytest.approx(100) and vs_bound["ratio"] == pytest.approx(0.5)
+    assert vs_bound["verdict"] == report.BELOW
+
+
+def test_without_a_compiler_the_rows_against_stream_say_so_and_the_others_are_measured(monkeypatch):
+    def no_compiler():
+        raise native.NativeUnavailable("no C compiler found (tried gcc)")
+
+    monkeypatch.setattr(effects, "stream_executable", no_compiler)
+    monkeypatch.setattr(effects.bench, "compare", lambda fns, **kw: {"a": m("a", [1.0]), "b": m("b", [2.0])})
+    setup = effects.Setup({"a": lambda: None, "b": lambda: None},
+                          [effects.Comparison("a / b", 1.5, ["b"], ["a"])],
+                          against_stream=[effects.AgainstStream("a / STREAM", 0.85, ["a"])],
+                          bytes_moved={"a": 1.0, "b": 1.0})
+    speedup, vs_stream = effects.run_setup(setup, repeats=1)
+    assert speedup["ratio"] == pytest.approx(2.0)
+    assert vs_stream["verdict"] == report.UNAVAILABLE and "no C compiler" in vs_stream["note"]
 
 
 def test_per_item_divides_each_repeat_by_the_items_per_call():

@@ -207,6 +207,60 @@ def test_compare_paths_times_this_path_against_avx2(stack):
 
 
 @needs_kernel
+@pytest.mark.parametrize("threads", [1, 2, 5])  # 5: more workers than this machine's cores
+@pytest.mark.parametrize("rows, cols, bias", [(3072, 1024, True), (50, 32, True), (7, 23, False),
+                                              (1, 1, False), (4100, 48, True)])  # tails of rows and columns
+@pytest.mark.parametrize("path", EVERY_PATH)
+def test_gemv_f32_matches_numpy_on_every_path(path, rows, cols, bias, threads):
+    rng = np.random.default_rng(rows + cols)
+    w, x = rng.standard_normal((rows, cols), dtype=np.float32), rng.standard_normal(cols, dtype=np.float32)
+    b = rng.standard_normal(rows, dtype=np.float32) if bias else None
+    y = lowbit_gemv.gemv_f32(w, x, b, threads=threads, lib=lowbit_gemv.load(path=path))
+    expected = w.astype(np.float64) @ x + (0 if b is None else b)
+    assert y.shape == (rows,) and decode.relative_error(y, expected) < 1e-5
+
+
+@needs_kernel
+def test_gemv_f32_rejects_mismatched_shapes():
+    with pytest.raises(ValueError, match="one value per column"):
+        lowbit_gemv.gemv_f32(np.zeros((4, 8)), np.zeros(7))
+    with pytest.raises(ValueError, match="bias must hold one value per row"):
+        lowbit_gemv.gemv_f32(np.zeros((4, 8)), np.zeros(8), np.zeros(3))
+    assert lowbit_gemv.load().lowbit_gemv_f32(0, 8, None, None, None, None, 1) == -1
+
+
+@needs_kernel
+def test_the_worker_pool_serves_changing_thread_counts_and_concurrent_callers(stack):
+    """One pool for every call: thread counts that grow and shrink, and Python threads calling at once (the
+    call releases the GIL), all get the single-threaded answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    expected = {p: lowbit_gemv.step_fn(stack, p, threads=1)() for p in ("fp32", "int4")}
+    # one step function per task: a step writes into its own output buffers, so it is not shared between
+    # threads; the kernel's worker pool is
+    steps = {(p, t, i): lowbit_gemv.step_fn(stack, p, threads=t)
+             for p in expected for t in (4, 2, 3, 1) for i in range(3)}
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda key: (key, [steps[key]() for _ in range(3)]), steps))
+    for (precision, _, _), ys in results:
+        assert all(decode.relative_error(y, expected[precision]) < 1e-6 for y in ys)
+
+
+@needs_kernel
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_forked_child_still_runs_the_step(stack):
+    import os
+
+    step = lowbit_gemv.step_fn(stack, "int8", threads=2)
+    expected = step()  # the parent's pool is running now
+    pid = os.fork()
+    if pid == 0:  # the child inherits none of the worker threads: the step must not wait for them
+        os._exit(0 if np.allclose(step(), expected) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+@needs_kernel
 def test_repeated_calls_give_the_same_answer(stack):
     step = lowbit_gemv.step_fn(stack, "int4", threads=2)
     first = step()

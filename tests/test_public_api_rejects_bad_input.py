@@ -833,6 +833,7 @@ VALID: dict[str, Callable[[], Call]] = {
                                     signed="layers x"),
         "DecodeStack.weight_bytes": lambda: call(stack().weight_bytes, "int4_g32"),
         "layers_for_working_set": lambda: call(decode.layers_for_working_set, 64, 1e6, 0.5),
+        "activation_bytes": lambda: call(decode.activation_bytes, stack()),
         "make_stack": lambda: call(decode.make_stack, 64, 2, 0, zero="seed"),
         "reference": lambda: call(decode.reference, stack()),
         "relative_error": lambda: call(decode.relative_error, [1.0, 2.0], [1.0, 2.5],
@@ -929,6 +930,9 @@ VALID: dict[str, Callable[[], Call]] = {
         "quantize_input": lambda: call(lowbit_gemv.quantize_input, stack().x, signed="h"),
         "emulate": lambda: call(lowbit_gemv.emulate, stack(), "int4"),
         "step_fn": lambda: call(lowbit_gemv.step_fn, stack(), "int8", 1, kernel_library()),
+        "gemv_f32": lambda: call(lowbit_gemv.gemv_f32, square_weight(), stack().x, stack().x, 1,
+                                 kernel_library(), signed="w x bias"),
+        "default_threads": lambda: call(lowbit_gemv.default_threads),
         "PathComparison.speedup": lambda: call(path_comparison().speedup, "int8"),
         "PathComparison.verdict": lambda: call(path_comparison().verdict),
         "compare_paths": lambda: call(lowbit_gemv.compare_paths, stack(), "avx2", ("int8",), 1, 2),
@@ -1159,8 +1163,13 @@ VALID: dict[str, Callable[[], Call]] = {
                                  torch.tensor([[1, 2, 3]]), 4, zero="prompt"),
         "measure_decode": lambda: call(tiny_decoder.measure_decode, decoder(), 4, 3, "cpu", 1),
         "estimated_tokens_per_s": lambda: call(tiny_decoder.estimated_tokens_per_s, decoder(),
-                                               20.0),
+                                               20.0, 16, zero="context_len"),
         "kv_bytes_read": lambda: call(tiny_decoder.kv_bytes_read, decoder(), 16, zero="context_len"),
+        "decode_steps": lambda: call(tiny_decoder.decode_steps, decoder(), 4, 3, "cpu"),
+        "gemvs_alone": lambda: call(tiny_decoder.gemvs_alone, decoder(), 2),
+        "decode_bytes_read": lambda: call(tiny_decoder.decode_bytes_read, decoder(), 4, 3),
+        "TinyDecoder.gemv_runner": lambda: call(decoder().gemv_runner),
+        "compare_kernels": lambda: call(tiny_decoder.compare_kernels, decoder(), 20.0, 4, 3, 1),
         "bound_report": lambda: call(tiny_decoder.bound_report, decoder(), 1000.0, 20.0, 16,
                                      zero="context_len"),
         "causal_mask_after": lambda: call(tiny_decoder.causal_mask_after, 3, 2, "cpu", zero="past"),
@@ -1318,6 +1327,8 @@ EXCLUDED: dict[str, str] = {
     "experiments.fusion.chain_into": "the chain that lesson 5 compiles with torch.compile and times",
     "experiments.tiny_decoder.Block.forward": "runs every decode step; generate and measure_decode check",
     "experiments.tiny_decoder.TinyDecoder.forward": "every decode step; generate and measure_decode check",
+    "experiments.tiny_decoder.project": "every projection of every decode step (inside Block.forward); the "
+                                        "kernel choice is checked where a model's kernel is set",
 }
 
 

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from hwopt.experiments import lowbit_gemv
 from hwopt.experiments import tiny_decoder as td
 
 pytestmark = pytest.mark.filterwarnings("ignore::hwopt.machine.bench.NoisyMeasurementWarning")
@@ -111,7 +112,7 @@ def test_kv_bytes_read_match_the_cache_tensors(model):
     (1 / 2.4, "2.4x below the bound: 58% of each step"),
 ])
 def test_bound_report_prints_the_measured_ratio_and_its_meaning(model, fraction_of_bound, says):
-    bound = td.estimated_tokens_per_s(model, 20.0)
+    bound = td.estimated_tokens_per_s(model, 20.0, context_len=10)  # weights + K and V of 10 tokens
     report = td.bound_report(model, bound * fraction_of_bound, 20.0, context_len=10)
     assert says in report and f"bound / measured = {1 / fraction_of_bound:.2f}" in report
     kv_share = td.kv_bytes_read(model, 10) / td.weight_bytes_per_token(model)
@@ -119,6 +120,91 @@ def test_bound_report_prints_the_measured_ratio_and_its_meaning(model, fraction_
     assert "KV cache" not in td.bound_report(model, bound, 20.0)
     long = td.bound_report(model, bound, 20.0, context_len=400)  # this small model's KV outgrows its weights
     short = td.bound_report(model, bound, 20.0, context_len=1)
-    assert "leaves out" in long and "the weights are what" in short
+    assert "would leave out" in long and "the weights are what" in short
     with pytest.raises(ValueError, match="measured_tokens_per_s"):
         td.bound_report(model, 0.0, 20.0)
+
+
+needs_kernel = pytest.mark.skipif(lowbit_gemv.unavailable_reason() is not None, reason="C kernel unavailable")
+
+
+@needs_kernel
+def test_decode_steps_in_the_c_kernel_match_torch():
+    """The same model decoding with every GEMV in C and in torch: the same logits (to fp32 rounding)."""
+    model = td.make_tiny_decoder(vocab_size=64, d_model=64, n_layers=2, n_heads=4, seed=1, kernel="c")
+    prompt = torch.randint(0, 64, (1, 5), generator=torch.Generator().manual_seed(1))
+    assert model.kernel == "c" and all(b.kernel == "c" for b in model.blocks)
+    threads = torch.get_num_threads()
+    assert "C kernel" in model.gemv_runner()
+    with torch.inference_mode():
+        _, caches = model(prompt)
+        c_logits, c_caches = model(prompt[:, -1:], caches, start=5)
+        model.kernel = "torch"
+        torch_logits, torch_caches = model(prompt[:, -1:], caches, start=5)
+    assert model.gemv_runner().startswith("torch")
+    torch.testing.assert_close(c_logits, torch_logits, rtol=1e-4, atol=1e-4)
+    assert torch.get_num_threads() == threads  # one torch thread during the C kernel's step, then restored
+    for (ck, cv), (tk, tv) in zip(c_caches, torch_caches, strict=True):  # one (K, V) per layer, as before
+        torch.testing.assert_close(ck, tk, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(cv, tv, rtol=1e-4, atol=1e-4)
+
+
+@needs_kernel
+def test_project_leaves_batches_and_autograd_to_torch(model):
+    layer = model.blocks[0].up
+    x = torch.randn(1, 1, 32)
+    with torch.inference_mode():
+        y = td.project(layer, x, "c")
+    torch.testing.assert_close(y, layer(x).detach(), rtol=1e-5, atol=1e-5)
+    assert td.project(layer, x, "c").requires_grad  # with autograd on: torch's Linear, gradients flow
+    with torch.inference_mode():
+        batch = torch.randn(3, 1, 32)
+        torch.testing.assert_close(td.project(layer, batch, "c"), layer(batch))  # several vectors: torch
+
+
+def test_kernel_choice_is_checked(model, monkeypatch):
+    with pytest.raises(ValueError, match="kernel"):
+        td.make_tiny_decoder(vocab_size=50, d_model=32, n_layers=1, n_heads=4, kernel="cuda")
+    monkeypatch.setattr(td, "_c_kernel", lambda: "no C compiler found (tried cc)")
+    with pytest.raises(lowbit_gemv.KernelUnavailable, match="no C compiler"):
+        model.kernel = "c"
+    model.kernel = "auto"  # where the C kernel does not build, auto is torch
+    assert model.gemv_runner().startswith("torch")
+
+
+def test_decode_bytes_read_count_weights_and_the_growing_kv(model):
+    weights, kv_per_token = td.weight_bytes_per_token(model), td.kv_bytes_read(model, 1)
+    # steps at 4, 5 and 6 past tokens: three times the weights, 15 tokens' K and V
+    assert td.decode_bytes_read(model, 4, 4) == 3 * weights + 15 * kv_per_token
+    steps = td.decode_steps(model, prompt_len=4, new_tokens=4)
+    assert steps().shape == (1, 1)
+    with pytest.raises(ValueError, match="new_tokens"):
+        td.decode_bytes_read(model, 4, 1)
+
+
+@needs_kernel
+def test_compare_kernels_times_both_and_keeps_the_models_choice(model):
+    model.kernel = "torch"
+    text = td.compare_kernels(model, 20.0, prompt_len=3, new_tokens=3, repeats=1)
+    assert "C kernel GEMVs" in text and "torch Linears" in text and "of the bound" in text
+    assert "x faster than torch's" in text or "slower" in text
+    assert model.kernel == "torch"  # put back as it was
+    model.kernel = "auto"
+
+
+def test_compare_kernels_says_why_there_is_nothing_to_compare(model, monkeypatch):
+    monkeypatch.setattr(td, "_c_kernel", lambda: "no C compiler found (tried cc)")
+    assert "not available here (no C compiler" in td.compare_kernels(model, 20.0)
+    with pytest.raises(ValueError, match="bandwidth_gbs"):
+        td.compare_kernels(model, 0.0)
+
+
+def test_gemvs_alone_run_every_linear_once_a_token(model, monkeypatch):
+    calls = []
+    real = td.project
+    monkeypatch.setattr(td, "project", lambda layer, x, kernel="auto": calls.append(layer) or real(layer, x))
+    out = td.gemvs_alone(model, tokens=2)()
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert calls == linears * 2 and out.shape == (1, 1, 50)  # the head comes last
+    with pytest.raises(ValueError, match="tokens"):
+        td.gemvs_alone(model, 0)

@@ -79,6 +79,13 @@ class DecodeStack:
         return self.n_params * formats.get(weight_format, argument="weight_format").bytes_per_weight
 
 
+def activation_bytes(stack: DecodeStack) -> int:
+    """Bytes of activations a step moves besides the weights: every layer reads its fp32 input (d_model) and
+    writes its fp32 output (d_model); small next to the weights, and counted in bytes moved per second."""
+    arguments.instance("stack", stack, DecodeStack)
+    return 2 * 4 * stack.d_model * len(stack.layers)
+
+
 def layers_for_working_set(d_model: int, min_bytes: float, bytes_per_weight: float | None = None) -> int:
     """How many (d_model x d_model) layers make the stack at least min_bytes at bytes_per_weight (None: the
     narrowest format decode_paths stores, scales included, so that every path's copy is that large)."""

@@ -29,9 +29,19 @@
  *
  * In every vector path each step of a loop works on 4 rows, so one load of h serves all four.
  *
- * Threads: `threads` workers each take a contiguous range of rows of every layer and meet at a barrier
- * between layers. They are created per call and have exited when the call returns, so no idle thread is
- * left spinning to slow whatever the program runs next.
+ * fp32 rows are plain (row r of W is W[r, :]); each step of the loop reads 64 bytes of 4 neighbouring rows
+ * and asks for the same bytes of rows at least 32 KiB further on, ahead of use. The same fp32 loop serves
+ * lowbit_gemv_f32, a general y = W x + b for the (out, in) weights of a torch Linear (the tiny decoder's
+ * projections).
+ *
+ * Threads: the rows of every layer are cut into chunks of about CHUNK_BYTES, and up to `threads` workers take
+ * the next chunk as they finish one; whoever finishes a layer's last chunk prepares the next layer's input.
+ * Nobody waits for a worker to start or to take its share (only for a layer's last chunks to be done): on a
+ * shared machine, one that loses its core for a while, or has not woken yet, does fewer chunks instead of
+ * stalling the rest. The workers are a small pool started on first
+ * use and kept: after a call they wait SPIN_S seconds for the next one (decoding calls the kernel many times
+ * a token), then sleep on a condition variable, so no idle thread is left spinning to slow whatever the
+ * program runs next.
  *
  * Built by hwopt/experiments/lowbit_gemv.py with the system C compiler, e.g. for the avx2 path:
  *   cc -O3 -shared -fPIC -pthread -mavx2 -mfma lowbit_gemv.c -lm
@@ -42,8 +52,17 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define MAX_THREADS 64
+#ifndef CHUNK_BYTES
+#define CHUNK_BYTES 65536 /* weights per unit of work: long enough a stream for the prefetchers */
+#endif
+#ifndef SPIN_S
+#define SPIN_S 5e-5 /* how long an idle worker waits for the next call before it sleeps: 50 us decoded the
+                     * tiny decoder faster than 500 us or 2 ms on a shared EPYC Genoa (a late worker only
+                     * joins late: the caller starts at once) */
+#endif
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__FMA__)
 #define KERNEL_PATH "avx512-vnni"
@@ -58,20 +77,162 @@
 /* The path this library was built with (see the header). */
 const char *lowbit_kernel_path(void) { return KERNEL_PATH; }
 
-typedef struct {
-    atomic_int arrived;
-    atomic_int phase;
-    int n;
-} barrier_t;
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+static inline void relax(void) { _mm_pause(); }
+#else
+static inline void relax(void) {}
+#endif
 
-static void barrier_wait(barrier_t *b) {
-    int phase = atomic_load(&b->phase);
-    if (atomic_fetch_add(&b->arrived, 1) == b->n - 1) {
-        atomic_store(&b->arrived, 0);
-        atomic_fetch_add(&b->phase, 1);
-    } else {
-        while (atomic_load(&b->phase) == phase) sched_yield();
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- the worker pool: run job(arg, index) on up to `threads` threads, the caller being index 0 --------- */
+
+/* A job is elastic: it is done by whoever takes part, so the caller does not wait for a worker that has not
+ * joined (asleep, or without a core on a busy machine); it only waits for those that took a seat. */
+typedef void (*job_t)(void *arg, int index);
+
+static struct {
+    pthread_mutex_t run;    /* one call at a time (ctypes releases the GIL) */
+    pthread_mutex_t lock;   /* with wake: where idle workers sleep */
+    pthread_cond_t wake;
+    int workers;            /* started, indices 1..workers */
+    unsigned born[MAX_THREADS];
+    atomic_uint generation; /* one more per job */
+    atomic_int seats;       /* workers the current job still takes (<= 0: none) */
+    atomic_int finished;    /* workers through the current job */
+    job_t job;
+    void *arg;
+} pool = {.run = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+
+static void *pool_worker(void *p) {
+    const int index = (int)(intptr_t)p;
+    unsigned seen = pool.born[index];
+    for (;;) {
+        unsigned now;
+        double until = 0;
+        for (long spins = 1; (now = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen;
+             spins++) {
+            relax();
+            if (spins % 256) continue;
+            if (until == 0) {
+                until = now_s() + SPIN_S;
+            } else if (now_s() > until) { /* no call for a while: sleep until the next */
+                pthread_mutex_lock(&pool.lock);
+                while (atomic_load(&pool.generation) == seen) pthread_cond_wait(&pool.wake, &pool.lock);
+                pthread_mutex_unlock(&pool.lock);
+            }
+        }
+        seen = now;
+        if (atomic_fetch_sub(&pool.seats, 1) > 0) { /* a seat of the job now posted: its fields are set */
+            pool.job(pool.arg, index);
+            atomic_fetch_add_explicit(&pool.finished, 1, memory_order_release);
+        }
     }
+    return NULL;
+}
+
+static void pool_after_fork(void) { /* the child has no workers: start afresh */
+    pthread_mutex_init(&pool.run, NULL);
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+    pool.workers = 0;
+}
+
+static void pool_register(void) { pthread_atfork(NULL, NULL, pool_after_fork); }
+
+static inline void wait_a_little(long spins) {
+    if (spins % 64) relax(); else sched_yield();
+}
+
+/* Run the job; where no worker thread can start, the caller does it alone. Returns 0. */
+static int pool_run(job_t job, void *arg, int threads) {
+    if (threads <= 1) {
+        job(arg, 0);
+        return 0;
+    }
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, pool_register);
+    pthread_mutex_lock(&pool.run);
+    while (pool.workers < threads - 1) {
+        pthread_t tid;
+        int index = pool.workers + 1;
+        pool.born[index] = atomic_load(&pool.generation);
+        if (pthread_create(&tid, NULL, pool_worker, (void *)(intptr_t)index) != 0) break;
+        pthread_detach(tid);
+        pool.workers = index;
+    }
+    if (pool.workers == 0) {
+        pthread_mutex_unlock(&pool.run);
+        job(arg, 0);
+        return 0;
+    }
+    const int seats = (threads - 1 < pool.workers ? threads - 1 : pool.workers);
+    pool.job = job;
+    pool.arg = arg;
+    atomic_store(&pool.finished, 0);
+    atomic_store(&pool.seats, seats);
+    pthread_mutex_lock(&pool.lock);
+    atomic_fetch_add_explicit(&pool.generation, 1, memory_order_release);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    job(arg, 0);
+    const int left = atomic_exchange(&pool.seats, 0); /* close the job: latecomers skip it */
+    const int joined = seats - (left > 0 ? left : 0);
+    for (long spins = 1; atomic_load_explicit(&pool.finished, memory_order_acquire) < joined; spins++)
+        wait_a_little(spins);
+    pthread_mutex_unlock(&pool.run);
+    return 0;
+}
+
+/* ---- the work: chunks of rows, layer after layer ---------------------------------------------------- */
+
+/* A layer's rows are cut into chunks (a multiple of 4 rows, about CHUNK_BYTES of weights). `claim` holds the
+ * current layer (high 32 bits) and its next unclaimed chunk; `done` counts chunks finished over all layers;
+ * `layer` is the layer whose input is ready. Whoever finishes a layer's last chunk prepares the next layer's
+ * input and then announces it; the others wait for that. */
+typedef struct {
+    atomic_llong claim;
+    atomic_llong done;
+    atomic_int layer;
+    long rows, chunk_rows, chunks;
+} schedule_t;
+
+static void schedule_init(schedule_t *c, long rows, long row_bytes) {
+    long chunk = CHUNK_BYTES / (row_bytes > 0 ? row_bytes : 1) / 4 * 4;
+    c->chunk_rows = chunk < 4 ? 4 : chunk;
+    c->rows = rows;
+    c->chunks = (rows + c->chunk_rows - 1) / c->chunk_rows;
+    atomic_init(&c->claim, 0);
+    atomic_init(&c->done, 0);
+    atomic_init(&c->layer, 0);
+}
+
+/* Claim the next chunk of `layer`: 1 and its rows [r0, r1), or 0 when none is left in that layer. */
+static int claim_chunk(schedule_t *c, int layer, long *r0, long *r1) {
+    long long v = atomic_load(&c->claim);
+    for (;;) {
+        if ((v >> 32) != layer || (v & 0xffffffffLL) >= c->chunks) return 0;
+        if (atomic_compare_exchange_weak(&c->claim, &v, v + 1)) break;
+    }
+    *r0 = (long)(v & 0xffffffffLL) * c->chunk_rows;
+    *r1 = *r0 + c->chunk_rows < c->rows ? *r0 + c->chunk_rows : c->rows;
+    return 1;
+}
+
+/* Count a finished chunk of `layer`: 1 if it was the layer's last. */
+static int finish_chunk(schedule_t *c, int layer) {
+    return atomic_fetch_add(&c->done, 1) + 1 == (long long)(layer + 1) * c->chunks;
+}
+
+/* Open `layer` for claims and announce it (after its input is ready). */
+static void open_layer(schedule_t *c, int layer) {
+    atomic_store(&c->claim, (long long)layer << 32);
+    atomic_store_explicit(&c->layer, layer, memory_order_release);
 }
 
 typedef struct {
@@ -86,20 +247,15 @@ typedef struct {
     float *xsum;    /* sum of xq over each block of 32 */
     int32_t xsum_all; /* sum of xq over the whole vector */
     float x_scale;  /* h ~= x_scale * xq */
-    int threads;
-    atomic_int go; /* 0 wait, 1 run, -1 give up (a thread could not start) */
-    barrier_t barrier;
+    schedule_t schedule;
 } step_t;
-
-typedef struct {
-    step_t *step;
-    int index;
-} worker_t;
 
 /* ---- one row range of one layer: y[r] = h[r] + dot(W[r, :], h) ---------------------------------------- */
 
+/* Each kernel works on ROWS rows at once (chunks are whole groups of 4): every load of x serves all of them. */
+#define ROWS 4
+
 #if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
 
 static inline float sum_f32x8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -124,31 +280,75 @@ static inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
 #endif
 }
 
-/* Each kernel works on ROWS rows at once (thread ranges are whole groups of 4): every load of x serves
- * all of them. */
-#define ROWS 4
+/* Weights asked for ahead of use go to L2 (T1), which holds more misses in flight than L1 and leaves it to
+ * the data in use: on EPYC Genoa, T1 streamed as fast as T0 or faster in the same runs. The macros here and
+ * FETCH_AHEAD below can be set with -D to try other values. */
+#ifndef PREFETCH_HINT
+#define PREFETCH_HINT _MM_HINT_T1
+#endif
 
-static void rows_fp32(const step_t *s, const float *w, const float *h, float *y, long r0, long r1) {
-    for (long r = r0; r < r1; r += ROWS) {
-        __m256 acc[ROWS];
-        for (int k = 0; k < ROWS; k++) acc[k] = _mm256_setzero_ps();
-        for (long i = 0; i < s->d; i += 8) {
-            __m256 x = _mm256_loadu_ps(h + i);
-            for (int k = 0; k < ROWS; k++)
-                acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(w + (r + k) * s->d + i), x, acc[k]);
+/* How far ahead the fp32 loop asks for rows: whole groups of 4 rows, at least this many bytes ahead. */
+#ifndef FP32_AHEAD_BYTES
+#define FP32_AHEAD_BYTES 32768
+#endif
+
+static inline long fp32_ahead_rows(long stride) {
+    long groups = (FP32_AHEAD_BYTES + ROWS * 4 * stride - 1) / (ROWS * 4 * stride);
+    return ROWS * (groups > 0 ? groups : 1);
+}
+
+/* dot[k] = W[k, :] . x for the ROWS rows from w (row stride `stride` floats, `cols` used), 64 bytes of each
+ * row a step, asking for the same bytes of rows `ahead` rows further on (fp32_ahead_rows). */
+static inline void dot4_f32(const float *w, long stride, long cols, const float *x, float dot[ROWS]) {
+    const float *next = w + fp32_ahead_rows(stride) * stride;
+    const long vec = cols / 16 * 16;
+#if defined(__AVX512F__)
+    __m512 acc[ROWS];
+    for (int k = 0; k < ROWS; k++) acc[k] = _mm512_setzero_ps();
+    for (long i = 0; i < vec; i += 16) {
+        __m512 xv = _mm512_loadu_ps(x + i);
+        for (int k = 0; k < ROWS; k++) {
+            _mm_prefetch((const char *)(next + k * stride + i), PREFETCH_HINT);
+            acc[k] = _mm512_fmadd_ps(_mm512_loadu_ps(w + k * stride + i), xv, acc[k]);
         }
-        for (int k = 0; k < ROWS; k++) y[r + k] = h[r + k] + sum_f32x8(acc[k]);
     }
+    for (int k = 0; k < ROWS; k++) dot[k] = _mm512_reduce_add_ps(acc[k]);
+#else
+    __m256 acc[ROWS];
+    for (int k = 0; k < ROWS; k++) acc[k] = _mm256_setzero_ps();
+    for (long i = 0; i < vec; i += 16) {
+        __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+        for (int k = 0; k < ROWS; k++) {
+            _mm_prefetch((const char *)(next + k * stride + i), PREFETCH_HINT);
+            acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(w + k * stride + i), x0, acc[k]);
+            acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(w + k * stride + i + 8), x1, acc[k]);
+        }
+    }
+    for (int k = 0; k < ROWS; k++) dot[k] = sum_f32x8(acc[k]);
+#endif
+    for (long i = vec; i < cols; i++)
+        for (int k = 0; k < ROWS; k++) dot[k] += w[k * stride + i] * x[i];
+}
+
+static inline float dot1_f32(const float *w, long cols, const float *x) {
+    __m256 acc = _mm256_setzero_ps();
+    long i = 0;
+    for (; i + 8 <= cols; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), acc);
+    float dot = sum_f32x8(acc);
+    for (; i < cols; i++) dot += w[i] * x[i];
+    return dot;
 }
 
 /* int8 and int4 weights come in groups of 4 rows, interleaved 32 bytes at a time (see the header): a group
  * is one sequential stream of 128 bytes per step, fetched ahead of use. (A plain row of int8 weights is one
  * 4 KiB page, and the hardware prefetcher starts over at every page.) */
-#define FETCH_AHEAD 1024 /* bytes */
+#ifndef FETCH_AHEAD /* bytes: about what one core's share of the memory bandwidth brings in per latency */
+#define FETCH_AHEAD 4096 /* 4096 streamed faster than 1024 and as fast as 8192 on EPYC Genoa, both paths */
+#endif
 
 static inline void fetch_ahead(const void *p) {
-    _mm_prefetch((const char *)p + FETCH_AHEAD, _MM_HINT_T0);
-    _mm_prefetch((const char *)p + FETCH_AHEAD + 64, _MM_HINT_T0);
+    _mm_prefetch((const char *)p + FETCH_AHEAD, PREFETCH_HINT);
+    _mm_prefetch((const char *)p + FETCH_AHEAD + 64, PREFETCH_HINT);
 }
 
 #if !(defined(__AVX512F__) && defined(__AVX512VNNI__)) /* avx2 and avx-vnni: 256-bit registers */
@@ -294,13 +494,18 @@ static void rows_int4(const step_t *s, const uint8_t *w, const float *scale, con
 
 #else /* portable C: the same arithmetic, one element at a time (compilers vectorize some of it) */
 
-static void rows_fp32(const step_t *s, const float *w, const float *h, float *y, long r0, long r1) {
-    for (long r = r0; r < r1; r++) {
-        const float *row = w + r * s->d;
+static inline void dot4_f32(const float *w, long stride, long cols, const float *x, float dot[ROWS]) {
+    for (int k = 0; k < ROWS; k++) {
         float acc = 0;
-        for (long i = 0; i < s->d; i++) acc += row[i] * h[i];
-        y[r] = h[r] + acc;
+        for (long i = 0; i < cols; i++) acc += w[k * stride + i] * x[i];
+        dot[k] = acc;
     }
+}
+
+static inline float dot1_f32(const float *w, long cols, const float *x) {
+    float acc = 0;
+    for (long i = 0; i < cols; i++) acc += w[i] * x[i];
+    return acc;
 }
 
 /* weight i of row r in the interleaved layout: group of 4 rows, then 32-byte piece, then row in the group */
@@ -337,6 +542,14 @@ static void rows_int4(const step_t *s, const uint8_t *w, const float *scale, con
 }
 #endif
 
+static void rows_fp32(const step_t *s, const float *w, const float *h, float *y, long r0, long r1) {
+    float dot[ROWS];
+    for (long r = r0; r < r1; r += ROWS) {
+        dot4_f32(w + r * s->d, s->d, s->d, h, dot);
+        for (int k = 0; k < ROWS; k++) y[r + k] = h[r + k] + dot[k];
+    }
+}
+
 /* ---- the step --------------------------------------------------------------------------------------- */
 
 /* Symmetric int8 of the layer input (one scale), |xq|, and sums of xq per block of 32 and in all. */
@@ -359,71 +572,91 @@ static void quantize_input(step_t *s, const float *h) {
     }
 }
 
-static void *run_worker(void *arg) {
-    worker_t *me = arg;
-    step_t *s = me->step;
-    int go;
-    while ((go = atomic_load(&s->go)) == 0) sched_yield();
-    if (go < 0) return NULL;
-    const long groups = s->d / 4; /* int8/int4 rows come in groups of 4: split whole groups */
-    const long r0 = 4 * (groups * me->index / s->threads);
-    const long r1 = 4 * (groups * (me->index + 1) / s->threads);
-    const float *h = s->h0;
-    for (int layer = 0; layer < s->n_layers; layer++) {
-        float *y = (s->n_layers - layer) % 2 ? s->out : s->work; /* the last layer writes into out */
-        if (s->bits != 32) {
-            if (me->index == 0) quantize_input(s, h);
-            barrier_wait(&s->barrier);
+static inline float *layer_output(const step_t *s, int layer) {
+    return (s->n_layers - layer) % 2 ? s->out : s->work; /* the last layer writes into out */
+}
+
+static inline const float *layer_input(const step_t *s, int layer) {
+    return layer == 0 ? s->h0 : layer_output(s, layer - 1);
+}
+
+static void step_job(void *arg, int index) {
+    (void)index;
+    step_t *s = arg;
+    long r0, r1;
+    for (long spins = 1;; spins++) {
+        const int layer = atomic_load_explicit(&s->schedule.layer, memory_order_acquire);
+        if (layer >= s->n_layers) return;
+        if (!claim_chunk(&s->schedule, layer, &r0, &r1)) { /* the layer's last chunks are being done */
+            wait_a_little(spins);
+            continue;
         }
+        const float *h = layer_input(s, layer);
+        float *y = layer_output(s, layer);
         if (s->bits == 32)
             rows_fp32(s, s->weights[layer], h, y, r0, r1);
         else if (s->bits == 8)
             rows_int8(s, s->weights[layer], s->scales[layer], h, y, r0, r1);
         else
             rows_int4(s, s->weights[layer], s->scales[layer], h, y, r0, r1);
-        barrier_wait(&s->barrier); /* every row of y is written before anyone reads it as the next h */
-        h = y;
+        if (finish_chunk(&s->schedule, layer)) { /* every row of y is written: it is the next input */
+            if (layer + 1 < s->n_layers && s->bits != 32) quantize_input(s, y);
+            open_layer(&s->schedule, layer + 1);
+        }
     }
-    return NULL;
 }
 
-/* Run the step: h0 (d,) in, out (d,) the result, work (d,) scratch. bits: 32, 8 or 4; d a multiple of 64.
- * Returns 0, or a negative code: -1 bad arguments, -2 out of memory, -3 a thread could not start. */
+/* Run the step: h0 (d,) in, out (d,) the result, work (2 d,) scratch. bits: 32, 8 or 4; d a multiple of 64.
+ * Returns 0, or -1 for bad arguments. */
 int lowbit_decode_step(int bits, int n_layers, long d, const void *const *weights, const float *const *scales,
                        const float *h0, float *out, float *work, int threads) {
     if ((bits != 32 && bits != 8 && bits != 4) || n_layers < 1 || d < 64 || d % 64 || threads < 1)
         return -1;
     if (threads > MAX_THREADS) threads = MAX_THREADS;
     step_t s = {.bits = bits, .n_layers = n_layers, .d = d, .weights = weights, .scales = scales, .h0 = h0,
-                .out = out, .work = work, .threads = threads};
-    s.barrier.n = threads;
-    atomic_init(&s.barrier.arrived, 0);
-    atomic_init(&s.barrier.phase, 0);
-    atomic_init(&s.go, 0);
-    s.xq = malloc((size_t)d);
-    s.xabs = malloc((size_t)d);
-    s.xsum = malloc((size_t)(d / 32) * sizeof(float));
-    int status = 0;
-    pthread_t tid[MAX_THREADS];
-    worker_t workers[MAX_THREADS];
-    if (!s.xq || !s.xabs || !s.xsum) {
-        status = -2;
-    } else {
-        int started = 1;
-        for (int t = 0; t < threads; t++) workers[t] = (worker_t){&s, t};
-        for (; started < threads; started++)
-            if (pthread_create(&tid[started], NULL, run_worker, &workers[started]) != 0) break;
-        if (started < threads) {
-            status = -3;
-            atomic_store(&s.go, -1);
-        } else {
-            atomic_store(&s.go, 1);
-            run_worker(&workers[0]);
+                .out = out, .work = work};
+    /* the input's int8 copy, |xq| and block sums live in the second half of work (2.125 d of its 4 d bytes) */
+    s.xq = (int8_t *)(work + d);
+    s.xabs = (uint8_t *)s.xq + d;
+    s.xsum = (float *)(s.xabs + d);
+    schedule_init(&s.schedule, d, bits == 32 ? 4 * d : bits == 8 ? d : d / 2);
+    if (bits != 32) quantize_input(&s, h0);
+    open_layer(&s.schedule, 0);
+    return pool_run(step_job, &s, threads);
+}
+
+/* ---- y = W x + b for a Linear layer's weights ------------------------------------------------------ */
+
+typedef struct {
+    long rows, cols;
+    const float *w, *x, *bias;
+    float *y;
+    schedule_t schedule;
+} gemv_t;
+
+static void gemv_job(void *arg, int index) {
+    (void)index;
+    gemv_t *g = arg;
+    long r0, r1;
+    float dot[ROWS];
+    while (claim_chunk(&g->schedule, 0, &r0, &r1)) {
+        long r = r0;
+        for (; r + ROWS <= r1; r += ROWS) {
+            dot4_f32(g->w + r * g->cols, g->cols, g->cols, g->x, dot);
+            for (int k = 0; k < ROWS; k++) g->y[r + k] = dot[k] + (g->bias ? g->bias[r + k] : 0.0f);
         }
-        for (int t = 1; t < started; t++) pthread_join(tid[t], NULL);
+        for (; r < r1; r++) g->y[r] = dot1_f32(g->w + r * g->cols, g->cols, g->x) + (g->bias ? g->bias[r] : 0);
     }
-    free(s.xq);
-    free(s.xabs);
-    free(s.xsum);
-    return status;
+}
+
+/* y (rows,) = w (rows, cols) x (cols,) + bias (rows,; NULL for none), fp32, w row-major (a torch Linear's
+ * weight). Returns 0, or -1 for bad arguments. */
+int lowbit_gemv_f32(long rows, long cols, const float *w, const float *x, const float *bias, float *y,
+                    int threads) {
+    if (rows < 1 || cols < 1 || !w || !x || !y || threads < 1) return -1;
+    gemv_t g = {.rows = rows, .cols = cols, .w = w, .x = x, .bias = bias, .y = y};
+    schedule_init(&g.schedule, rows, 4 * cols);
+    if (threads > g.schedule.chunks) threads = (int)g.schedule.chunks; /* a small matrix: fewer workers */
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    return pool_run(gemv_job, &g, threads);
 }

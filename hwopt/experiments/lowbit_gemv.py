@@ -4,7 +4,8 @@ The kernel runs h <- h + h @ B_i over a stack of square layers, the same step as
 weight read once per step: it is written for the memory-bound case of batch-1 decoding. Its int8 and int4
 dot products have one instruction path per x86 SIMD level (PATHS: AVX-512 VNNI, AVX-VNNI, AVX2, plain C);
 the build picks the fastest this CPU runs, from the SIMD features hwopt.machine.hardware reads. Building
-takes well under a second; the shared library is cached by its source, compiler and flags.
+takes well under a second; the shared library is cached by its source, compiler and flags. Its fp32 loop also
+serves gemv_f32, y = W x + b for a Linear's weights, which the tiny decoder's decode steps run.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ PORTABLE_FLAGS = BASE_FLAGS  # the plain C loops: any CPU, any compiler
 # (negligible: 4 bytes a row), int4 with one fp32 scale per block (lowbit_gemv.c reads blocks of INT4_BLOCK).
 WEIGHT_FORMATS = {"fp32": "fp32", "int8": "int8", "int4": "int4_g32"}
 INT4_BLOCK = formats.get(WEIGHT_FORMATS["int4"]).block  # weights per int4 scale
-ERRORS = {-1: "bad arguments", -2: "out of memory", -3: "a thread could not start"}
+ERRORS = {-1: "bad arguments"}
 X86_ARCHS = ("x86_64", "amd64", "i386", "i686")
 
 
@@ -176,6 +177,9 @@ def open_library(path: Path) -> ctypes.CDLL:
     lib.lowbit_decode_step.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_void_p,
                                        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                        ctypes.c_int]
+    lib.lowbit_gemv_f32.restype = ctypes.c_int
+    lib.lowbit_gemv_f32.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p,
+                                    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     lib.lowbit_kernel_path.restype = ctypes.c_char_p
     lib.lowbit_kernel_path.argtypes = []
     built = kernel_path(lib)
@@ -339,7 +343,8 @@ def _prepare(stack, precision: str) -> list[tuple[np.ndarray, np.ndarray | None]
 
 def step_fn(stack, precision: str, threads: int | None = None, lib: ctypes.CDLL | None = None
             ) -> Callable[[], np.ndarray]:
-    """Zero-argument function running the decode step in C at `precision` -> (d_model,) fp32.
+    """Zero-argument function running the decode step in C at `precision` -> (d_model,) fp32 (it reuses its
+    buffers: call it from one thread at a time; separate step functions may run concurrently).
 
     stack: anything with .layers (square (d, d) fp32 arrays, d a multiple of 64) and .x (d,), such as
     hwopt.experiments.decode.make_stack(). threads: worker threads (default: torch's intra-op thread count).
@@ -351,15 +356,11 @@ def step_fn(stack, precision: str, threads: int | None = None, lib: ctypes.CDLL 
 def _bind(stack, precision: str, prepared, threads: int | None, lib: ctypes.CDLL | None
           ) -> Callable[[], np.ndarray]:
     """step_fn on weights already laid out by _prepare (so several libraries can share them)."""
-    if threads is None:
-        import torch
-
-        threads = torch.get_num_threads()
-    threads = arguments.count("threads", threads, "threads")
+    threads = default_threads() if threads is None else arguments.count("threads", threads, "threads")
     lib = load() if lib is None else arguments.instance("lib", lib, ctypes.CDLL)
     d = stack.layers[0].shape[0]
     x = np.ascontiguousarray(stack.x, dtype=np.float32)
-    out, work = np.empty(d, np.float32), np.empty(d, np.float32)
+    out, work = np.empty(d, np.float32), np.empty(2 * d, np.float32)  # work: ping-pong + the int8 input
     weights = (ctypes.c_void_p * len(prepared))(*[w.ctypes.data for w, _ in prepared])
     scales = (ctypes.c_void_p * len(prepared))(*[None if s is None else s.ctypes.data for _, s in prepared])
     bits = formats.get(WEIGHT_FORMATS[precision]).bits
@@ -373,6 +374,36 @@ def _bind(stack, precision: str, prepared, threads: int | None, lib: ctypes.CDLL
 
     step.prepared = prepared  # keeps the arrays the pointers refer to alive
     return step
+
+
+def gemv_f32(w, x, bias=None, threads: int | None = None, lib: ctypes.CDLL | None = None) -> np.ndarray:
+    """y = w @ x + bias in C (fp32, on `threads` cores): w (rows, cols) row-major like a torch Linear's
+    weight, x (cols,), bias (rows,) or None -> y (rows,). The tiny decoder's projections run this loop."""
+    w = np.ascontiguousarray(arguments.finite_array("w", w, ndim=2), dtype=np.float32)
+    x = np.ascontiguousarray(arguments.finite_array("x", x, ndim=1), dtype=np.float32)
+    rows, cols = w.shape
+    if rows == 0 or cols == 0 or len(x) != cols:
+        raise ValueError(f"x must hold one value per column of w ({cols}, w non-empty); got {len(x)} values "
+                         f"and w of shape {w.shape}")
+    if bias is not None:
+        bias = np.ascontiguousarray(arguments.finite_array("bias", bias, ndim=1), dtype=np.float32)
+        if len(bias) != rows:
+            raise ValueError(f"bias must hold one value per row of w ({rows}); got {len(bias)}")
+    threads = default_threads() if threads is None else arguments.count("threads", threads, "threads")
+    lib = load() if lib is None else arguments.instance("lib", lib, ctypes.CDLL)
+    y = np.empty(rows, np.float32)
+    status = lib.lowbit_gemv_f32(rows, cols, w.ctypes.data, x.ctypes.data,
+                                 None if bias is None else bias.ctypes.data, y.ctypes.data, threads)
+    if status != 0:
+        raise RuntimeError(f"lowbit_gemv_f32 failed: {ERRORS.get(status, status)}")
+    return y
+
+
+def default_threads() -> int:
+    """The kernel's default worker count: torch's intra-op thread count (the cores torch uses)."""
+    import torch
+
+    return torch.get_num_threads()
 
 
 # ---- this machine's path against the AVX2 one, on the same weights -----------------------------------------

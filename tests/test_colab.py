@@ -219,3 +219,27 @@ def test_colab_pins_name_the_missing_pin(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[project.optional-dependencies]\ncourse = ["onnx==1.0"]\n')
     with pytest.raises(ValueError, match="onnxruntime"):
         colab.colab_pins(tmp_path)
+
+
+def test_the_overlay_is_rebuilt_from_scratch_when_its_pins_change(tmp_path, monkeypatch):
+    installs = []
+
+    def pip(argv, check):
+        installs.append(argv)
+        (tmp_path / "overlay" / "new-1.0.dist-info").mkdir(parents=True, exist_ok=True)
+
+    monkeypatch.setattr(colab.subprocess, "run", pip)
+    target = tmp_path / "overlay"
+    target.mkdir()
+    (target / ".installed").write_text("old==0.1")
+    (target / "old-0.1.dist-info").mkdir()  # what pip --target --upgrade would leave behind
+    colab.build_overlay(target)
+    assert sorted(p.name for p in target.iterdir()) == [".installed", "new-1.0.dist-info"]
+    colab.build_overlay(target)  # same pins: nothing installed again
+    assert len(installs) == 1 and all(pin in installs[0] for pin in colab.colab_stack_pins())
+    elsewhere = tmp_path / "somebody's folder"
+    elsewhere.mkdir()
+    (elsewhere / "notes.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="target must be empty or an overlay"):
+        colab.build_overlay(elsewhere)
+    assert (elsewhere / "notes.txt").read_text() == "keep me"

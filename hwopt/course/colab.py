@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -327,9 +328,13 @@ def build_overlay(target: Path) -> Path:
     target = Path(target)
     stamp = target / ".installed"
     pins = colab_stack_pins()
-    wanted = "\n".join(pins)
+    wanted = "\n".join(["# built from scratch", *pins])  # older stamps lack the header: rebuilt once
     if stamp.exists() and stamp.read_text() == wanted:
         return target
+    if stamp.exists():  # other pins: start over (pip --target --upgrade leaves old versions' metadata behind)
+        shutil.rmtree(target)
+    elif target.exists() and any(target.iterdir()):
+        raise ValueError(f"target must be empty or an overlay this command built; {target} is neither")
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--upgrade", "--target", str(target),
          *pins],

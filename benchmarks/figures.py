@@ -16,7 +16,8 @@ MB = 1e6
 
 
 def ratio_chart(rows: list[dict], title: str):
-    """Horizontal bars of each row's ratio with its paired IQR, the goal as a marker; None if no ratios."""
+    """Horizontal bars of each row's ratio with its paired IQR, the goal as a marker (a band: both ends);
+    None if no ratios."""
     rows = [r for r in rows if r["ratio"] is not None]
     if not rows:
         return None
@@ -30,7 +31,8 @@ def ratio_chart(rows: list[dict], title: str):
     colors = [palette.get(r["verdict"], plots.color(5)) for r in rows]
     ax.barh(y, ratios, xerr=[[max(0, v) for v in lo], [max(0, v) for v in hi]], color=colors, alpha=0.85,
             capsize=4)
-    goals = [(i, r["goal"]) for i, r in enumerate(rows) if r["goal"] is not None]
+    goals = [(i, g) for i, r in enumerate(rows) if r["goal"] is not None  # a band (low, high): both ends
+             for g in (r["goal"] if isinstance(r["goal"], list | tuple) else [r["goal"]])]
     if goals:
         ax.plot([g for _, g in goals], [i for i, _ in goals], "k|", markersize=18, markeredgewidth=2,
                 label="goal")

@@ -351,6 +351,9 @@ def test_plots_are_drawn_for_sections_with_data(tmp_path):
     assert set(names) == {"fidelity", "effects", "notebooks", "bandwidth", "grading"}
     assert all((tmp_path / n).stat().st_size > 1000 for n in names.values())
     assert figures.ratio_chart([report.unavailable_row("x", "why")], "t") is None
+    band = report.prediction_row("p", m("a", [2.0, 2.0]), m("b", [1.0, 1.0]), 2.0, goal=(0.7, 1.3))
+    fig = figures.ratio_chart([band, {**band, "name": "q", "goal": 2.0}], "a band goal and a floor")
+    assert sorted(fig.axes[0].lines[-1].get_xdata()) == [0.7, 1.3, 2.0]  # the band's two ends, the floor
 
 
 # ---------------------------------------------------------------- effects and machine facts

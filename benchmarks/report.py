@@ -342,10 +342,11 @@ SCHEMA = {
 
 
 def validate(doc: dict) -> dict:
-    """Check a report document against SCHEMA (jsonschema.ValidationError if it does not fit); returns it."""
+    """Check a report document, as its JSON will hold it (a band goal's tuple is a list there), against
+    SCHEMA (jsonschema.ValidationError if it does not fit); returns it."""
     import jsonschema
 
-    jsonschema.validate(doc, SCHEMA)
+    jsonschema.validate(json.loads(json.dumps(doc)), SCHEMA)
     return doc
 
 

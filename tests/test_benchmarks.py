@@ -193,6 +193,10 @@ def test_many_warnings_of_one_kind_become_one_count_line():
 def test_a_complete_document_fits_the_schema_and_survives_json():
     doc = json.loads(json.dumps(fake_doc()))
     assert report.validate(doc) is doc
+    banded = fake_doc()  # as the effects build it: a band goal is a tuple until the JSON is written
+    banded["effects"]["rows"].append(report.prediction_row("p", m("a", [2.0, 2.0]), m("b", [1.0, 1.0]), 2.0,
+                                                           goal=(0.7, 1.3)))
+    assert report.validate(banded) is banded
 
 
 @pytest.mark.parametrize("broken", [

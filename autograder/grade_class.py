@@ -324,16 +324,25 @@ _worker_apis: dict = {}  # per worker process: the nbgrader API of each course i
 def grade_task(course: Path, assignment: str, student: str, timeout_s: int | None, force: bool,
                db_url: str) -> Row:
     """One task of a grading worker: one student's assignment; never raises (a grader error is a row)."""
+    from hwopt.course.grading import gradebook
+
     try:
         key = (str(course), timeout_s, db_url)
-        if key not in _worker_apis:  # a worker process's first task: set it up once
-            from hwopt.course.grading import gradebook
-
-            gradebook.keep_connections()
+        if key not in _worker_apis:  # a worker process's first task of this course
             _worker_apis[key] = make_api(course, timeout_s, db_url)
-        return grade_one(_worker_apis[key], course, assignment, student, force=force)
+        with gradebook.kept_connections():
+            return grade_one(_worker_apis[key], course, assignment, student, force=force)
     except Exception as err:  # a bug of ours or nbgrader's: report it, grade the others
         return Row(student, assignment, status="grader error", notes=[f"{type(err).__name__}: {err}"])
+
+
+def local_cluster(workers: int):
+    """A Dask cluster on this machine for grading: `workers` processes of one thread each."""
+    from distributed import LocalCluster
+
+    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                        memory_limit=0,  # kernels' memory is the sandbox's to limit
+                        silence_logs=40)  # errors only
 
 
 def grade_on_cluster(tasks: list[tuple[str, str]], workers: int, scheduler: str | None, done, **task):
@@ -344,16 +353,11 @@ def grade_on_cluster(tasks: list[tuple[str, str]], workers: int, scheduler: str 
     """
     import contextlib
 
-    from distributed import Client, LocalCluster, as_completed
+    from distributed import Client, as_completed
 
     with contextlib.ExitStack() as stack:
-        if scheduler:
-            client = stack.enter_context(Client(scheduler))
-        else:
-            cluster = stack.enter_context(LocalCluster(
-                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                memory_limit=0, silence_logs=40))  # kernels' memory is the sandbox's to limit; errors only
-            client = stack.enter_context(Client(cluster))
+        cluster = scheduler or stack.enter_context(local_cluster(workers))
+        client = stack.enter_context(Client(cluster))
         futures = {client.submit(grade_task, assignment=a, student=s, pure=False, **task): (s, a)
                    for s, a in tasks}
         for future in as_completed(futures):
@@ -372,37 +376,40 @@ def grade_class(course: Path, assignments=samples.ASSIGNMENTS, timeout_s: int | 
     workers: grading processes (default: one per core where the gradebook takes parallel writers, else 1);
     db_url: the gradebook (default gradebook_url's); scheduler: an existing Dask cluster's address.
     """
+    from hwopt.course.grading import gradebook
+
     unsandboxed = ready_to_grade()
     db_url = gradebook_url(course, db_url)
     workers = plan_workers(workers, db_url, scheduler, log)
-    api = make_api(course, timeout_s, db_url)
-    release(api, course, assignments)
-    submitted = course / "submitted"
-    students = sorted(p.name for p in submitted.iterdir() if p.is_dir()) if submitted.is_dir() else []
-    if not students:
-        log(f"no submissions in {submitted} (run nbgrader zip_collect or collect first)")
-    register_students(api, students)
-    tasks = [(student, assignment) for student in students for assignment in assignments]
-    graded: dict[tuple[str, str], Row] = {}
+    with gradebook.kept_connections():  # one engine per gradebook for the whole class
+        api = make_api(course, timeout_s, db_url)
+        release(api, course, assignments)
+        submitted = course / "submitted"
+        students = sorted(p.name for p in submitted.iterdir() if p.is_dir()) if submitted.is_dir() else []
+        if not students:
+            log(f"no submissions in {submitted} (run nbgrader zip_collect or collect first)")
+        register_students(api, students)
+        tasks = [(student, assignment) for student in students for assignment in assignments]
+        graded: dict[tuple[str, str], Row] = {}
 
-    def done(row: Row) -> None:
-        if unsandboxed and row.status != "not submitted":
-            row.notes.append(f"graded WITHOUT a sandbox ({unsandboxed})")
-        graded[row.student, row.assignment] = row
-        log(f"{row.student:>14} {row.assignment:<20} {row.score:5.1f}/{row.max_score:<5.1f} {row.status:<17} "
-            f"{'; '.join(row.notes)}")
+        def done(row: Row) -> None:
+            if unsandboxed and row.status != "not submitted":
+                row.notes.append(f"graded WITHOUT a sandbox ({unsandboxed})")
+            graded[row.student, row.assignment] = row
+            log(f"{row.student:>14} {row.assignment:<20} {row.score:5.1f}/{row.max_score:<5.1f} "
+                f"{row.status:<17} {'; '.join(row.notes)}")
 
-    task = {"course": course, "timeout_s": timeout_s, "force": force, "db_url": db_url}
-    if workers == 1 and not scheduler:
-        _worker_apis[str(course), timeout_s, db_url] = api  # this process is the one worker
-        for student, assignment in tasks:
-            done(grade_task(assignment=assignment, student=student, **task))
-    elif tasks:
-        grade_on_cluster(tasks, workers, scheduler, done, **task)
-    rows = [graded[t] for t in tasks]  # the report's order, whoever graded what first
-    write_report(rows, course / "grades_report.csv")
-    export(api, course)
-    return rows
+        task = {"course": course, "timeout_s": timeout_s, "force": force, "db_url": db_url}
+        if workers == 1 and not scheduler:
+            _worker_apis[str(course), timeout_s, db_url] = api  # this process is the one worker
+            for student, assignment in tasks:
+                done(grade_task(assignment=assignment, student=student, **task))
+        elif tasks:
+            grade_on_cluster(tasks, workers, scheduler, done, **task)
+        rows = [graded[t] for t in tasks]  # the report's order, whoever graded what first
+        write_report(rows, course / "grades_report.csv")
+        export(api, course)
+        return rows
 
 
 def cpu_seconds() -> float:

@@ -81,25 +81,36 @@ def test_the_server_programs_are_found_where_debian_puts_them():
         assert gradebook.why_no_server() is None  # `make test` installs postgresql
 
 
-def test_keep_connections_gives_every_gradebook_of_a_url_one_engine(tmp_path, monkeypatch):
+def test_kept_connections_give_every_gradebook_of_a_url_one_engine_for_the_block(tmp_path, monkeypatch):
     import nbgrader.api as api
+    from sqlalchemy import event
 
-    monkeypatch.setattr(api, "create_engine", api.create_engine)  # restored after the test
-    monkeypatch.setattr(api.Gradebook, "close", api.Gradebook.close)
-    monkeypatch.setattr(gradebook, "_engines", {})
     monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")
     url, other = (f"sqlite:///{tmp_path / name}" for name in ("a.db", "b.db"))
+    nbgraders_own = api.create_engine, api.Base.metadata.create_all, api.Gradebook.close
     with api.Gradebook(url) as gb:
         fresh = gb.engine
     with api.Gradebook(url) as gb:
         assert gb.engine is not fresh  # nbgrader's own: an engine per gradebook
-    gradebook.keep_connections()
-    gradebook.keep_connections()  # twice changes nothing
-    with api.Gradebook(url) as gb:
-        gb.add_student("ada")
-        first = gb.engine
-    with api.Gradebook(url) as gb:
-        assert gb.engine is first and gb.find_student("ada").id == "ada"
-    with api.Gradebook(other) as gb:
-        assert gb.engine is not first
-    assert len(gradebook._engines) == 2
+    with gradebook.kept_connections():
+        with api.Gradebook(url) as gb:
+            gb.add_student("ada")
+            first = gb.engine
+        with gradebook.kept_connections(), api.Gradebook(url) as gb:  # nested: the same engines
+            assert gb.engine is first and gb.find_student("ada").id == "ada"
+        with api.Gradebook(other) as gb:
+            assert gb.engine is not first
+            gb.add_student("bob")  # a new gradebook still gets its tables
+        assert len(gradebook._engines) == 2 and gradebook._with_tables == set(gradebook._engines.values())
+        statements = []
+        event.listen(first, "before_cursor_execute", lambda *args: statements.append(args[2]))
+        with api.Gradebook(url):
+            pass
+        assert "sqlite_master" in statements[0] and len(statements) == 2, statements  # tables, the course
+        assert not [s for s in statements if "PRAGMA" in s]  # and no table's schema queried again
+    assert (api.create_engine, api.Base.metadata.create_all, api.Gradebook.close) == nbgraders_own
+    assert gradebook._engines == {} and gradebook._with_tables == set()
+    (tmp_path / "a.db").unlink()  # a gradebook made anew at the same path afterwards is a new one
+    with gradebook.kept_connections(), api.Gradebook(url) as gb:
+        assert gb.engine is not first and gb.find_student  # its tables made again
+        assert [s.id for s in gb.students] == []

@@ -35,11 +35,11 @@ def test_one_worker_unless_the_gradebook_takes_parallel_writers():
             grade_class.plan_workers(bad, server, None)
 
 
-def graded_class(tmp_path: Path, name: str, students: dict[str, str], **options):
+def graded_class(tmp_path: Path, name: str, students: dict[str, str], assignments=ASSIGNMENTS, **options):
     """A course with these sample students' submissions, graded; (rows, {grade cell: scores}, order done)."""
     course = grade_class.prepare_course(tmp_path / name)
     samples.write_submissions(course / "submitted", students)
-    return grade(course, **options)
+    return grade(course, assignments, **options)
 
 
 def grade(course: Path, assignments=ASSIGNMENTS, **options):
@@ -100,3 +100,50 @@ def test_a_fork_bomb_in_one_worker_fails_no_honest_submission_in_another(tmp_pat
     # graded on the other worker while the bomb held its processes (its task began first, ended after them)
     while_bombed = done[:done.index(("a_bomb", "latency_budget"))]
     assert len(while_bombed) >= 2, (done, time.perf_counter() - start)
+
+
+@pytest.fixture
+def existing_cluster(tmp_path):
+    """A Dask cluster started as the README says an instructor starts one: `dask scheduler` and `dask worker`
+    processes, autograder/ on PYTHONPATH, one thread per worker; its scheduler's address."""
+    import json
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "autograder")}
+    dask = str(Path(sys.executable).parent / "dask")  # the environment's own `dask` command
+    info = tmp_path / "scheduler.json"
+    logs = (tmp_path / "scheduler.log").open("w"), (tmp_path / "worker.log").open("w")
+    scheduler = subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                                  "--scheduler-file", str(info)], env=env, stdout=logs[0], stderr=logs[0])
+    worker = subprocess.Popen([dask, "worker", "--scheduler-file", str(info), "--nworkers", "2", "--nthreads",
+                               "1", "--no-dashboard"], env=env, stdout=logs[1], stderr=logs[1])
+    try:
+        from distributed import Client
+
+        deadline = time.monotonic() + 60
+        while not info.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        address = json.loads(info.read_text())["address"]
+        with Client(address) as client:
+            client.wait_for_workers(2, timeout=60)
+        yield address
+    finally:
+        for process in (worker, scheduler):
+            process.terminate()
+            process.wait(timeout=30)
+        for log in logs:
+            log.close()
+
+
+@pytest.mark.slow
+def test_a_class_graded_on_an_existing_cluster_gets_the_serial_scores(tmp_path, postgres_url, grading_sandbox,
+                                                                      existing_cluster):
+    students = {"ada": "correct", "bob": "wrong"}
+    serial_rows, serial_cells, _ = graded_class(tmp_path, "serial", students, ("latency_budget",), workers=1)
+    rows, cells, _ = graded_class(tmp_path, "cluster", students, ("latency_budget",), db_url=postgres_url,
+                                  scheduler=existing_cluster)
+    assert cells == serial_cells and len(cells) >= 2 * len(students)
+    assert [(r.student, r.score, r.status) for r in rows] == [(r.student, r.score, r.status)
+                                                               for r in serial_rows]
+    assert len({r.score for r in rows}) == 2  # the correct and the wrong submission score differently

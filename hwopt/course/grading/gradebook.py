@@ -9,6 +9,7 @@ connections, stopped and removed afterwards. A class is graded against the instr
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib.util
 import os
@@ -18,6 +19,7 @@ import socket
 import stat
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 SERVER_USER = "postgres"  # the account Debian's package creates: PostgreSQL refuses to run as root
@@ -38,30 +40,56 @@ def takes_parallel_writers(db_url: str) -> bool:
     return backend != "sqlite"
 
 
-_engines: dict = {}  # this process's engine per gradebook URL, once keep_connections has run
+_engines: dict = {}  # the engine per gradebook URL while kept_connections is in force
+_with_tables: set = set()  # the engines whose tables nbgrader has made (or found) meanwhile
+_kept = {"users": 0, "nbgrader": None, "lock": threading.Lock()}  # blocks inside it; nbgrader's own functions
 
 
-def keep_connections() -> None:
-    """Make nbgrader's Gradebook reuse one SQLAlchemy engine (and its pooled connections) per URL in this
-    process, instead of connecting anew at each of the ~20 gradebook accesses a submission makes.
+@contextlib.contextmanager
+def kept_connections():
+    """In the block, nbgrader's Gradebook reuses one SQLAlchemy engine (and its pooled connections) per URL
+    and checks the gradebook's tables once per engine, instead of connecting anew and querying the schema
+    of every table at each of the ~30 gradebook accesses that grading one submission makes.
 
-    For a grading worker (a trusted process; students run only in sandboxed kernels): on PostgreSQL each
-    fresh engine costs a connection, a server process and schema queries, ~20 ms of which this keeps ~7.
-    Gradebook.close still ends its session; the connection goes back to the pool, not away."""
+    For one submission's grading in a trusted process (students run only in sandboxed kernels): on
+    PostgreSQL a fresh engine costs a connection, a server process and schema queries, ~25 ms of which this
+    keeps ~3. Gradebook.close still ends its session; the connection goes back to the pool. When the last
+    block ends, the engines are disposed and nbgrader is as it was (a gradebook deleted afterwards and made
+    anew at the same path is not mistaken for the old one)."""
     import nbgrader.api as api
 
-    if getattr(api.create_engine, "keeps_connections", False):
-        return
-    create_engine = api.create_engine
+    with _kept["lock"]:
+        if _kept["users"] == 0:
+            _kept["nbgrader"] = api.create_engine, api.Base.metadata.create_all, api.Gradebook.close
+            _share_engines(api, *_kept["nbgrader"][:2])
+        _kept["users"] += 1
+    try:
+        yield
+    finally:
+        with _kept["lock"]:
+            _kept["users"] -= 1
+            if _kept["users"] == 0:
+                api.create_engine, api.Base.metadata.create_all, api.Gradebook.close = _kept["nbgrader"]
+                for engine in _engines.values():
+                    engine.dispose()
+                _engines.clear()
+                _with_tables.clear()
 
+
+def _share_engines(api, create_engine, create_all) -> None:
     def shared_engine(db_url, **options):
         key = (str(db_url), tuple(sorted(options.items())))
         if key not in _engines:
             _engines[key] = create_engine(db_url, **options)
         return _engines[key]
 
-    shared_engine.keeps_connections = True
+    def create_tables_once(bind=None, **options):
+        if bind not in _with_tables:
+            create_all(bind=bind, **options)
+            _with_tables.add(bind)
+
     api.create_engine = shared_engine
+    api.Base.metadata.create_all = create_tables_once
     api.Gradebook.close = lambda self: self.db.remove()
 
 

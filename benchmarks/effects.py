@@ -12,7 +12,7 @@ import tempfile
 import traceback
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from benchmarks import native, report
@@ -117,13 +117,34 @@ def setup_decode(quick: bool) -> Setup:
             f"{', '.join(by['fp32'])}; each runs untimed for {decode.SETTLE_S:g} s before each repeat")
     rows = [Comparison(name, goal, by["fp32"], by[prec], note)
             for (name, goal), prec in zip(DECODE[:2], ("int8", "int4"), strict=True)]
-    moved = {k: p.weight_bytes + decode.activation_bytes(stack) for k, p in paths.items()}
     stream_note = (f"decode: {n_layers} layers of {d_model}x{d_model}; bytes moved per step = weights + "
                    "their scales + every layer's fp32 input and output")
     vs_stream = [AgainstStream(name, goal, by[prec], stream_note)
                  for (name, goal), prec in zip(DECODE_VS_STREAM, ("fp32", "int8", "int4"), strict=True)]
+    baseline = avx2_paths(stack, paths)  # where this CPU runs a wider path: the one AVX2-only CPUs run
+    decode.check_paths(baseline, stack)
+    paths |= baseline
+    vs_stream += [AgainstStream(f"{p.precision} decode, C kernel's AVX2 path, bytes/s / STREAM", None,
+                                [label], "for information: the C kernel built for AVX2 + FMA only, as on an "
+                                "AVX2-only CPU, on this CPU's memory")
+                  for label, p in baseline.items()]
+    moved = {k: p.weight_bytes + decode.activation_bytes(stack) for k, p in paths.items()}
     return Setup({k: p.fn for k, p in paths.items()}, rows, settle_s=decode.SETTLE_S,
                  against_stream=vs_stream, bytes_moved=moved)
+
+
+def avx2_paths(stack, paths: dict) -> dict:
+    """The C kernel's paths (paths' '<precision> C kernel') rebuilt for AVX2 + FMA only, labelled '... (AVX2
+    path)', where this CPU builds a wider path and can run AVX2; else none."""
+    from hwopt.experiments import lowbit_gemv
+
+    c_paths = {k: p for k, p in paths.items() if k.endswith(" C kernel")}
+    if not c_paths or lowbit_gemv.kernel_path() == "avx2" or "avx2" not in lowbit_gemv.runnable_paths():
+        return {}
+    lib = lowbit_gemv.load(path="avx2")
+    return {f"{k} (AVX2 path)": replace(p, label=f"{k} (AVX2 path)",
+                                                   fn=lowbit_gemv.step_fn(stack, p.precision, lib=lib))
+            for k, p in c_paths.items()}
 
 
 def setup_tiny_decoder(quick: bool) -> Setup:

@@ -7,8 +7,8 @@ assignment at a time, every kernel in the kit's sandbox, points from the judge) 
   per notebook is the report's grading goal (what grading costs per submission, not per timeout);
 - the sample mix: the kit's `demo` with a class cycling through every sample student (broken ones, ones whose
   cells hang until the cell timeout, the attack samples); its time-vs-class-size series is the grading plot;
-- the honest class again, graded in parallel by one Dask worker per core on a private PostgreSQL gradebook:
-  the parallel grading goal is its speedup over the serial run, with the same scores.
+- the honest class again, graded in rounds: serially, then by one Dask worker per core on a private
+  PostgreSQL gradebook; the parallel grading goal is the median speedup of the rounds, with the same scores.
 """
 
 from __future__ import annotations
@@ -31,10 +31,12 @@ from benchmarks import report
 ROOT = Path(__file__).resolve().parents[1]
 GRADE_CLASS = ROOT / "autograder" / "grade_class.py"
 CELL_TIMEOUT_S = 10  # per cell in the sample mix: the samples whose loops never end cost this (the kit's: 60)
-HONEST_STUDENTS = {True: 2, False: 5}  # quick, full: students in the honest class (4 notebooks each)
+HONEST_STUDENTS = {True: 2, False: 5}  # quick, full: students in the honest class (a notebook per assignment)
+PARALLEL_ROUNDS = {True: (1, 1), False: (2, 3)}  # quick, full: (students per class, rounds), parallel goal
 SECRET_ENV = "HWOPT_GRADER_SECRET"  # the kit's judge.SECRET_ENV, for when the kit is not importable
 UNSANDBOXED_ENV = "HWOPT_GRADER_UNSANDBOXED"  # the kit's sandbox.UNSANDBOXED_ENV
-KIT_NEEDS = ("demo", "grade_class", "prepare_course", "make_api", "release", "samples", "DEMO_SECRET")
+KIT_NEEDS = ("demo", "grade_class", "prepare_course", "make_api", "release", "samples", "DEMO_SECRET",
+             "local_cluster")
 
 
 def load_grade_class(path: Path | None = None):
@@ -212,10 +214,12 @@ def _failure(exc: BaseException, what: str) -> str:
     return f"{what} failed: {last[:200]}"
 
 
-def grade_honest_class(kit, n: int, *, sandbox_reason: str | None = None, **options):
+def grade_honest_class(kit, n: int, *, sandbox_reason: str | None = None, count_cpu: bool = True, **options):
     """Grade n students who submit the correct solution of every assignment: (rows, written, wall s, CPU s).
 
-    options go to the kit's grade_class (workers, db_url); generate_assignment runs before the clock starts.
+    options go to the kit's grade_class (workers, db_url, scheduler); generate_assignment runs before the
+    clock starts. count_cpu=False: no CPU sampler beside the run (its /proc scans take CPU the graders
+    would use), CPU s None.
     """
     course = Path(tempfile.mkdtemp(prefix="bench-grading-honest-")) / "course"
     try:
@@ -227,22 +231,21 @@ def grade_honest_class(kit, n: int, *, sandbox_reason: str | None = None, **opti
             kit.release(api, course, kit.samples.ASSIGNMENTS)
             written = kit.samples.write_submissions(
                 course / "submitted", {f"student{i + 1:02d}": "correct" for i in range(n)}, root=kit.ROOT)
-            with TreeCPU() as cpu:
+            with TreeCPU() if count_cpu else contextlib.nullcontext() as cpu:
                 start = time.perf_counter()
                 rows = kit.grade_class(course, log=lambda *a, **k: None, **options)
                 wall_s = time.perf_counter() - start
     finally:
         shutil.rmtree(course.parent, ignore_errors=True)
-    return rows, written, wall_s, cpu.seconds
+    return rows, written, wall_s, cpu.seconds if count_cpu else None
 
 
 def measure_honest(kit, *, quick: bool, n_students: int | None = None,
-                   sandbox_reason: str | None = None, graded: list | None = None) -> dict:
+                   sandbox_reason: str | None = None) -> dict:
     """The grading goal's figures (report.grading_row) for a class that submits only correct solutions.
 
     sandbox_reason: why the sandbox cannot start here; the class (the course's own solutions, nothing
     hostile) is then graded without it and the row says so instead of claiming the sandboxed goal.
-    graded: a list that receives the graded rows (the parallel run compares its scores with them).
     """
     n = n_students or HONEST_STUDENTS[quick]
     if n < 1:
@@ -253,8 +256,6 @@ def measure_honest(kit, *, quick: bool, n_students: int | None = None,
         return report.grading_unavailable(_failure(exc, "the honest class run"))
     if len(rows) != len(written):
         return report.grading_unavailable(f"{len(written)} notebooks submitted, {len(rows)} graded")
-    if graded is not None:
-        graded.extend(rows)
     short = [r for r in rows if r.status != "ok" or r.score != r.max_score or r.max_score <= 0]
     return report.grading_row([r.seconds for r in rows], wall_s, cpu_s, students=n,
                               sandbox_reason=sandbox_reason, not_full_marks=len(short))
@@ -270,9 +271,15 @@ def scores(rows) -> list[tuple]:
     return [(r.student, r.assignment, r.score, r.max_score, r.status) for r in rows]
 
 
-def measure_parallel(kit, serial: dict, serial_rows: list, *, workers: int | None = None) -> dict:
-    """The parallel grading goal: the serial run's honest class graded by `workers` Dask workers (default:
-    one per core) on a private PostgreSQL gradebook; speedup = serial wall time / parallel wall time."""
+def measure_parallel(kit, serial: dict, *, quick: bool, workers: int | None = None) -> dict:
+    """The parallel grading goal: an honest class graded serially (SQLite), then by `workers` Dask workers
+    (default: one per core) on a private PostgreSQL gradebook, in PARALLEL_ROUNDS[quick] alternating rounds;
+    the speedup is the median over rounds of serial wall time / parallel wall time.
+
+    The cluster is started, and warmed by grading one student's class, before the first round: an
+    instructor's cluster is started once per class, and the note says what that took.
+    serial: the serial goal's row (without a verdict there, the sandbox or the kit failed: no rounds).
+    """
     workers = workers or grading_workers()
     if workers < 2:
         return report.parallel_grading_unavailable("one core here: nothing runs in parallel", workers)
@@ -287,21 +294,45 @@ def measure_parallel(kit, serial: dict, serial_rows: list, *, workers: int | Non
     reason = gradebook.why_no_server()
     if reason:
         return report.parallel_grading_unavailable(reason, workers)
+    students, rounds = PARALLEL_ROUNDS[quick]
     load_1min = os.getloadavg()[0]
+    pairs, same = [], True
     try:
         with gradebook.LocalServer() as server:
-            rows, written, wall_s, cpu_s = grade_honest_class(kit, serial["students"], workers=workers,
-                                                              db_url=server.url)
+            start = time.perf_counter()
+            with environment(**{SECRET_ENV: kit.DEMO_SECRET}), kit.local_cluster(workers) as cluster:
+                on_cluster = {"db_url": server.create_database("warmup"),
+                              "scheduler": cluster.scheduler_address}
+                problem = not_all_graded(grade_honest_class(kit, 1, count_cpu=False, **on_cluster)[0])
+                startup_s = time.perf_counter() - start
+                for i in range(rounds * (problem is None)):
+                    serial_rows, written, serial_s, _ = grade_honest_class(kit, students, count_cpu=False)
+                    on_cluster["db_url"] = server.create_database(f"round{i + 1}")
+                    rows, _, parallel_s, _ = grade_honest_class(kit, students, count_cpu=False, **on_cluster)
+                    pairs.append((serial_s, parallel_s))
+                    same = same and scores(rows) == scores(serial_rows)
+                    problem = problem or not_all_graded(rows)
     except (Exception, SystemExit) as exc:
         return report.parallel_grading_unavailable(_failure(exc, "the parallel run"), workers)
-    cpu_per_nb = cpu_s / len(written)
-    note = (f"the honest class above ({serial['students']} students, {len(written)} notebooks) graded "
-            f"again by {workers} workers of a local Dask cluster (started inside the timed run) into a "
-            f"private PostgreSQL gradebook, against the serial run into SQLite; CPU {cpu_per_nb:.2f} s "
-            f"per notebook; one pair of runs, not interleaved; load average before the run {load_1min:.1f} "
-            f"on {os.cpu_count()} cores (other work on them lowers the speedup)")
-    return report.parallel_grading_row(serial["total_s"], wall_s, workers=workers, notebooks=len(written),
-                                       same_scores=scores(rows) == scores(serial_rows), note=note)
+    if problem:
+        return report.parallel_grading_unavailable(f"the parallel run {problem}", workers)
+    note = (f"{rounds} round(s), each an honest class of {report.students_text(students)} "
+            f"({len(written)} notebooks) graded serially into SQLite, then by {workers} workers of a local "
+            f"Dask cluster into a private PostgreSQL gradebook; the cluster was started and warmed (one "
+            f"student's class graded) before the first round, in {startup_s:.1f} s, once per class; load "
+            f"average before the rounds {load_1min:.1f} on {os.cpu_count()} cores (other work on them lowers "
+            f"the speedup)")
+    return report.parallel_grading_row(pairs, workers=workers, notebooks=len(written), same_scores=same,
+                                       note=note)
+
+
+def not_all_graded(rows) -> str | None:
+    """What went wrong when a graded honest class has a notebook whose status is not ok, else None."""
+    failed = [r for r in rows if r.status != "ok"]
+    if not failed:
+        return None
+    return (f"graded {len(failed)} of {len(rows)} notebooks '{failed[0].status}' "
+            f"({'; '.join(failed[0].notes)[:200] or 'no note'})")
 
 
 def measure_samples(kit, *, quick: bool, class_size: int | None = None) -> tuple[dict, list[dict], list[str]]:
@@ -345,9 +376,8 @@ def measure(*, quick: bool, class_size: int | None = None) -> tuple[dict, dict, 
         return (report.grading_unavailable(str(exc)), {"available": False, "reason": str(exc)}, [], [],
                 report.parallel_grading_unavailable(str(exc), grading_workers()))
     reason, allowed = sandbox_state()
-    serial_rows: list = []
-    honest = measure_honest(kit, quick=quick, sandbox_reason=reason, graded=serial_rows)
-    parallel = measure_parallel(kit, honest, serial_rows)
+    honest = measure_honest(kit, quick=quick, sandbox_reason=reason)
+    parallel = measure_parallel(kit, honest, quick=quick)
     if reason and not allowed:
         why = (f"the sample mix includes attack samples and is graded only in the sandbox, which cannot "
                f"start here ({reason}); {UNSANDBOXED_ENV}=1 grades it anyway")

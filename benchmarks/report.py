@@ -148,7 +148,8 @@ def notebook_row(path: str, seconds: float | None, status: str, error: str = "",
             "verdict": result}
 
 
-def _students(n: int) -> str:
+def students_text(n: int) -> str:
+    """'1 student', '5 students'."""
     return f"{n} student" + ("" if n == 1 else "s")
 
 
@@ -178,7 +179,7 @@ def grading_row(seconds: Sequence[float], wall_s: float, cpu_s: float, *, studen
         result = UNAVAILABLE
     else:
         result = MEETS if mean <= goal_s else BELOW
-    note = (f"a class of {_students(students)}, each submitting the correct solution of every assignment "
+    note = (f"a class of {students_text(students)}, each submitting the correct solution of every assignment "
             f"({n} notebooks), "
             f"graded serially, {how}; mean = wall time of the whole grade_class run / notebooks, median of "
             "each notebook's autograde + feedback seconds, CPU of the grader and its kernels / notebooks")
@@ -206,24 +207,36 @@ def parallel_grading_name(workers: int) -> str:
     return f"parallel grading speedup ({workers} workers)"
 
 
-def parallel_grading_row(serial_s: float, parallel_s: float, *, workers: int, notebooks: int,
+def parallel_grading_row(rounds: Sequence[tuple[float, float]], *, workers: int, notebooks: int,
                          same_scores: bool, note: str) -> dict:
-    """The parallel grading goal: serial_s / parallel_s for one class graded both ways, vs 0.8 x workers.
+    """The parallel grading goal: the median over rounds of serial s / parallel s, vs 0.8 x workers.
 
+    rounds: (serial wall s, parallel wall s) of each round, one class of `notebooks` graded both ways;
     same_scores: whether every notebook got the serial run's score and status (else no verdict).
     """
-    for arg, value in (("serial_s", serial_s), ("parallel_s", parallel_s)):
-        if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-            raise ValueError(f"{arg} must be a positive number of seconds, got {value!r}")
+    try:
+        rounds = [(serial_s, parallel_s) for serial_s, parallel_s in rounds]
+    except (TypeError, ValueError):
+        rounds = []
+    if not rounds:
+        raise ValueError("rounds must be a non-empty sequence of (serial_s, parallel_s) pairs")
+    for serial_s, parallel_s in rounds:
+        for arg, value in (("serial_s", serial_s), ("parallel_s", parallel_s)):
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{arg} must be a positive number of seconds, got {value!r}")
     for arg, value in (("workers", workers), ("notebooks", notebooks)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{arg} must be a positive integer, got {value!r}")
-    speedup, goal = serial_s / parallel_s, PARALLEL_GOAL_PER_WORKER * workers
+    speedups = [serial_s / parallel_s for serial_s, parallel_s in rounds]
+    speedup, goal = statistics.median(speedups), PARALLEL_GOAL_PER_WORKER * workers
     result = UNAVAILABLE if not same_scores else MEETS if speedup >= goal else BELOW
     if not same_scores:
         note += "; the parallel run's scores differ from the serial run's, so the speedup is not a verdict"
     return {"available": True, "name": parallel_grading_name(workers), "workers": workers,
-            "notebooks": notebooks, "serial_s": serial_s, "parallel_s": parallel_s, "speedup": speedup,
+            "notebooks": notebooks, "rounds": len(rounds),
+            "serial_s": statistics.median(s for s, _ in rounds),
+            "parallel_s": statistics.median(p for _, p in rounds), "speedup": speedup, "speedups": speedups,
+            "speedup_iqr": quantile(speedups, 0.75) - quantile(speedups, 0.25),
             "goal": goal, "same_scores": same_scores, "verdict": result, "note": note}
 
 
@@ -308,7 +321,8 @@ _PARALLEL = {  # optional: reports written before parallel grading have none
                    "verdict": {"enum": list(VERDICTS)}},
     "if": {"properties": {"available": {"const": True}}},
     "then": {"required": ["workers", "notebooks", "serial_s", "parallel_s", "speedup", "same_scores",
-                          "note"]},
+                          "note"],
+             "properties": {"speedups": {"type": "array", "items": {"type": "number"}, "minItems": 1}}},
     "else": {"required": ["reason"]},
 }
 SCHEMA = {
@@ -459,7 +473,7 @@ def grading_paragraph(honest: dict | None, samples: dict) -> str:
         how = ("every kernel in the grading sandbox" if honest["sandboxed"] else
                f"**WITHOUT the grading sandbox**, which cannot start here ({honest['sandbox_reason']})")
         parts.append(
-            f"Grading an honest class, serially, {how}: {_students(honest['students'])}, each submitting "
+            f"Grading an honest class, serially, {how}: {students_text(honest['students'])}, each submitting "
             f"the correct solution of every assignment ({honest['notebooks']} submission notebooks): "
             f"**{_fmt(honest['s_per_notebook'])} s per submission-notebook** (mean; median "
             f"{_fmt(honest['median_s_per_notebook'])} s, range {_fmt(honest['min_s'])}-"
@@ -473,7 +487,7 @@ def grading_paragraph(honest: dict | None, samples: dict) -> str:
         covered = (f"; this class covers {samples['samples_covered']} of the {samples['samples_total']}"
                    if samples.get("samples_total") else "")
         parts.append(
-            f"Grading the sample mix, a class of {_students(samples['class_size'])} cycling through the "
+            f"Grading the sample mix, a class of {students_text(samples['class_size'])} cycling through the "
             f"sample students (correct, blank, wrong, broken, cells that hang until {timeout} cell timeout, "
             f"the attack samples{covered}; {samples['notebooks']} submission notebooks): "
             f"{_fmt(samples['s_per_notebook'])} s per submission-notebook, "
@@ -491,8 +505,10 @@ def parallel_measured(row: dict) -> str:
     """The parallel grading goal's 'measured' cell: the speedup and both wall times, or why not."""
     if not row.get("available"):
         return f"not available: {row.get('reason', 'no reason given')}"
+    spread = (f", IQR {_fmt(row['speedup_iqr'], 2)} over {row['rounds']} rounds"
+              if row.get("rounds", 1) > 1 else "")  # reports before rounds have one pair
     return (f"{_fmt(row['speedup'])}x ({_fmt(row['parallel_s'])} s vs {_fmt(row['serial_s'])} s serial, "
-            f"{row['notebooks']} notebooks)")
+            f"{row['notebooks']} notebooks{spread})")
 
 
 def parallel_paragraph(row: dict | None) -> str:
@@ -501,8 +517,9 @@ def parallel_paragraph(row: dict | None) -> str:
         return ""
     if not row.get("available"):
         return f"Grading in parallel: not available ({row.get('reason', 'no reason given')}).\n"
-    return (f"Grading the same honest class in parallel, {row['workers']} workers: "
-            f"**{_fmt(row['speedup'])}x** the serial speed ({_fmt(row['parallel_s'])} s against "
+    median = " (median of the rounds)" if row.get("rounds", 1) > 1 else ""
+    return (f"Grading an honest class in parallel, {row['workers']} workers: "
+            f"**{_fmt(row['speedup'])}x** the serial speed{median} ({_fmt(row['parallel_s'])} s against "
             f"{_fmt(row['serial_s'])} s for {row['notebooks']} notebooks); goal >= {_fmt(row['goal'])}x: "
             f"{row['verdict']}. {row['note']}.\n")
 

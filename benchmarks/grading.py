@@ -305,7 +305,9 @@ def measure_parallel(kit, serial: dict, *, quick: bool, workers: int | None = No
                               "scheduler": cluster.scheduler_address}
                 problem = not_all_graded(grade_honest_class(kit, 1, count_cpu=False, **on_cluster)[0])
                 startup_s = time.perf_counter() - start
-                for i in range(rounds * (problem is None)):
+                for i in range(rounds):
+                    if problem:
+                        break
                     serial_rows, written, serial_s, _ = grade_honest_class(kit, students, count_cpu=False)
                     on_cluster["db_url"] = server.create_database(f"round{i + 1}")
                     rows, _, parallel_s, _ = grade_honest_class(kit, students, count_cpu=False, **on_cluster)

@@ -107,3 +107,30 @@ def test_record_saves_notebooks_figures_card_and_run_and_main_exits_1_on_a_failu
     record.record([ok], out, device="cpu", probe=False, progress=None)  # a second run keeps the other rows
     assert len(json.loads((out / recordings.RUN_FILE).read_text())["notebooks"]) == 2
     assert record.main(["--device", "gpu", "--out", str(out)]) == 2
+
+
+def test_a_reply_wait_looks_again_each_slice_and_still_times_out():
+    import asyncio
+    import time
+    from queue import Empty
+
+    calls = []
+
+    async def get_msg(timeout=None):  # a channel whose reply is there from the third look on
+        calls.append(timeout)
+        await asyncio.sleep(min(timeout, 0.01))
+        if len(calls) < 3:
+            raise Empty
+        return {"reply": len(calls)}
+
+    wait = record.polled_in_slices(get_msg, slice_s=0.05)
+    assert asyncio.run(wait(timeout=None)) == {"reply": 3} and calls == [0.05] * 3  # no timeout: slices
+
+    async def never(timeout=None):
+        await asyncio.sleep(timeout)
+        raise Empty
+
+    start = time.monotonic()
+    with pytest.raises(Empty):
+        asyncio.run(record.polled_in_slices(never, slice_s=0.05)(timeout=0.2))
+    assert 0.19 <= time.monotonic() - start < 1.0  # the cell timeout still ends the wait

@@ -93,6 +93,31 @@ def _failing_cell(nb, timed_out: bool) -> tuple[int | None, str]:
     return (started[-1] if started else None), ""
 
 
+REPLY_POLL_S = 0.5  # how often a waiting notebook client looks again for a cell's reply
+
+
+def polled_in_slices(get_msg, slice_s: float = REPLY_POLL_S):
+    """An async channel's get_msg(timeout) that waits in slices of slice_s seconds, looking again each time.
+
+    nbclient waits for a cell's reply with one get_msg for the whole cell timeout; after a cell that made
+    ipywidgets (an interactive_output), that wait sometimes does not wake when the reply arrives, and the
+    notebook sits idle until the timeout (nbclient issue 312). Looking again every slice finds the reply.
+    """
+    from queue import Empty
+
+    async def get_msg_in_slices(timeout: float | None = None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            try:
+                return await get_msg(timeout=slice_s if left is None else max(0.0, min(slice_s, left)))
+            except Empty:
+                if left is not None and left <= slice_s:
+                    raise
+
+    return get_msg_in_slices
+
+
 def run_notebook(path: Path | str, *, device: str | None = None, cell_timeout_s: int = 300,
                  allow_errors: bool = False, headlines: bool = True) -> NotebookRun:
     """Execute a notebook headless (nbclient, fresh kernel in its folder, cell_timeout_s per cell).
@@ -105,6 +130,12 @@ def run_notebook(path: Path | str, *, device: str | None = None, cell_timeout_s:
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     from hwopt.machine import bench
+
+    class Client(NotebookClient):
+        async def async_start_new_kernel_client(self):
+            kc = await super().async_start_new_kernel_client()
+            kc.shell_channel.get_msg = polled_in_slices(kc.shell_channel.get_msg)
+            return kc
 
     path = Path(path)
     if path.suffix != ".ipynb" or not path.is_file():
@@ -125,8 +156,8 @@ def run_notebook(path: Path | str, *, device: str | None = None, cell_timeout_s:
             env[recordings.HEADLINES_ENV] = str(figures_file)
         else:
             env.pop(recordings.HEADLINES_ENV, None)
-        client = NotebookClient(nb, timeout=cell_timeout_s, kernel_name="python3", allow_errors=allow_errors,
-                                resources={"metadata": {"path": str(path.resolve().parent)}})
+        client = Client(nb, timeout=cell_timeout_s, kernel_name="python3", allow_errors=allow_errors,
+                        resources={"metadata": {"path": str(path.resolve().parent)}})
         start, status = time.perf_counter(), "ok"
         try:
             client.execute(env=env)

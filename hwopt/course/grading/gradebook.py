@@ -51,11 +51,11 @@ def kept_connections():
     and checks the gradebook's tables once per engine, instead of connecting anew and querying the schema
     of every table at each of the ~30 gradebook accesses that grading one submission makes.
 
-    For one submission's grading in a trusted process (students run only in sandboxed kernels): on
-    PostgreSQL a fresh engine costs a connection, a server process and schema queries, ~25 ms of which this
-    keeps ~3. Gradebook.close still ends its session; the connection goes back to the pool. When the last
-    block ends, the engines are disposed and nbgrader is as it was (a gradebook deleted afterwards and made
-    anew at the same path is not mistaken for the old one)."""
+    For grading in a trusted process (students run only in sandboxed kernels; grade_class holds it for a
+    class, a worker for each task): on PostgreSQL a fresh engine costs a connection, a server process and
+    schema queries, ~25 ms of which this keeps ~3. Gradebook.close still ends its session; the connection
+    goes back to the pool. When the last block ends, the engines are disposed and nbgrader is as it was (a
+    gradebook deleted afterwards and made anew at the same path is not mistaken for the old one)."""
     import nbgrader.api as api
 
     with _kept["lock"]:

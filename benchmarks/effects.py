@@ -143,7 +143,7 @@ def avx2_paths(stack, paths: dict) -> dict:
         return {}
     lib = lowbit_gemv.load(path="avx2")
     return {f"{k} (AVX2 path)": replace(p, label=f"{k} (AVX2 path)",
-                                                   fn=lowbit_gemv.step_fn(stack, p.precision, lib=lib))
+                                        fn=lowbit_gemv.step_fn(stack, p.precision, lib=lib))
             for k, p in c_paths.items()}
 
 

@@ -134,3 +134,8 @@ def test_a_reply_wait_looks_again_each_slice_and_still_times_out():
     with pytest.raises(Empty):
         asyncio.run(record.polled_in_slices(never, slice_s=0.05)(timeout=0.2))
     assert 0.19 <= time.monotonic() - start < 1.0  # the cell timeout still ends the wait
+    for bad in (float("nan"), float("inf"), -0.5, 0, "0.5"):
+        with pytest.raises(ValueError, match="slice_s"):
+            record.polled_in_slices(never, slice_s=bad)
+    with pytest.raises(ValueError, match="get_msg"):
+        record.polled_in_slices("not a function")

@@ -105,6 +105,9 @@ def polled_in_slices(get_msg, slice_s: float = REPLY_POLL_S):
     """
     from queue import Empty
 
+    arguments.function("get_msg", get_msg)
+    slice_s = arguments.positive("slice_s", slice_s)
+
     async def get_msg_in_slices(timeout: float | None = None):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:

@@ -53,6 +53,7 @@ LOG_NOTES = (
 )
 DEMO_SECRET = "grade-demo: not a secret"  # the demo's cases; a real class uses the instructor's secret
 DB_URL_ENV = "HWOPT_GRADER_DB_URL"  # the gradebook's SQLAlchemy URL (nbgrader_config.py reads it too)
+DASK_CONFIG = Path(__file__).resolve().parent / "dask.yaml"  # a grading cluster's Dask settings
 
 
 @dataclass
@@ -336,13 +337,29 @@ def grade_task(course: Path, assignment: str, student: str, timeout_s: int | Non
         return Row(student, assignment, status="grader error", notes=[f"{type(err).__name__}: {err}"])
 
 
+def cluster_config() -> dict:
+    """The Dask settings of a grading cluster (autograder/dask.yaml), dotted as dask.config.set takes them."""
+    import yaml
+
+    def dotted(tree: dict, prefix: str = ""):
+        for key, value in tree.items():
+            if isinstance(value, dict):
+                yield from dotted(value, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}", value
+
+    return dict(dotted(yaml.safe_load(DASK_CONFIG.read_text())))
+
+
 def local_cluster(workers: int):
     """A Dask cluster on this machine for grading: `workers` processes of one thread each."""
+    import dask
     from distributed import LocalCluster
 
-    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                        memory_limit=0,  # kernels' memory is the sandbox's to limit
-                        silence_logs=40)  # errors only
+    with dask.config.set(cluster_config()):  # the workers start here and take the settings along
+        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                            memory_limit=0,  # kernels' memory is the sandbox's to limit
+                            silence_logs=40)  # errors only
 
 
 def grade_on_cluster(tasks: list[tuple[str, str]], workers: int, scheduler: str | None, done, **task):

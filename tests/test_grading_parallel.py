@@ -105,12 +105,12 @@ def test_a_fork_bomb_in_one_worker_fails_no_honest_submission_in_another(tmp_pat
 @pytest.fixture
 def existing_cluster(tmp_path):
     """A Dask cluster started as the README says an instructor starts one: `dask scheduler` and `dask worker`
-    processes, autograder/ on PYTHONPATH, one thread per worker; its scheduler's address."""
+    processes, autograder/ on PYTHONPATH and the kit's Dask settings, one thread per worker; its address."""
     import json
     import os
     import subprocess
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "autograder")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "autograder"), "DASK_CONFIG": str(grade_class.DASK_CONFIG)}
     dask = str(Path(sys.executable).parent / "dask")  # the environment's own `dask` command
     info = tmp_path / "scheduler.json"
     logs = (tmp_path / "scheduler.log").open("w"), (tmp_path / "worker.log").open("w")
@@ -147,3 +147,21 @@ def test_a_class_graded_on_an_existing_cluster_gets_the_serial_scores(tmp_path, 
     assert [(r.student, r.score, r.status) for r in rows] == [(r.student, r.score, r.status)
                                                                for r in serial_rows]
     assert len({r.score for r in rows}) == 2  # the correct and the wrong submission score differently
+    assert worker_settings(existing_cluster) == [tuple(grade_class.cluster_config().values())] * 2
+
+
+def worker_settings(address: str) -> list[tuple]:
+    """Each worker of the cluster at address: its values of the grading cluster's Dask settings."""
+    from distributed import Client
+
+    keys = list(grade_class.cluster_config())
+    with Client(address) as client:
+        return list(client.run(lambda: tuple(__import__("dask").config.get(key) for key in keys)).values())
+
+
+def test_the_kits_cluster_runs_without_dasks_profiler_and_ticks_slowly():
+    settings = grade_class.cluster_config()
+    assert settings["distributed.worker.profile.enabled"] is False  # it samples every thread every 10 ms
+    assert settings["distributed.admin.tick.interval"] == "1s"  # Dask's: 20 ms
+    with grade_class.local_cluster(2) as cluster:
+        assert worker_settings(cluster.scheduler_address) == [tuple(settings.values())] * 2

@@ -5,6 +5,7 @@ import json
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -265,3 +266,73 @@ def test_without_a_sandbox_grading_tests_skip_saying_so_but_fail_in_ci(monkeypat
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="CI must run this test"):
         skip_outside_ci("needs bubblewrap")
+
+
+def processes_of(uid: int) -> list[int]:
+    """The pids of every process running as uid."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and os.stat(f"/proc/{entry}").st_uid == uid:
+                pids.append(int(entry))
+        except FileNotFoundError:  # gone meanwhile
+            pass
+    return pids
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as a user, the sandbox's processes have the user's own uid")
+def test_killing_a_kernel_ends_every_process_of_its_sandbox(course, grading_sandbox):
+    """Grading kills each kernel after its last cell (nbgrader_config.py): nothing it started outlives it."""
+    uid = sandbox.sandbox_uid(2**22 - 3)
+    k = Kernel(course / "autograded" / "ada" / "a", uid=uid)
+    try:
+        k.run("import os, subprocess, time\nsubprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+              "if os.fork() == 0:\n    os.setsid(); time.sleep(300); os._exit(0)")
+        assert len(processes_of(uid)) >= 3  # the kernel, its sleep and its fork (and the sandbox's init)
+    finally:
+        k.close()  # shutdown_kernel(now=True): what nbclient does with shutdown_kernel = "immediate"
+    deadline = time.monotonic() + 10
+    while processes_of(uid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_of(uid) == []
+
+
+def test_the_grading_client_is_ready_once_iopub_answers(course, grading_sandbox):
+    """Ready: the kernel_info reply and one IOPub message; no wait for IOPub to fall silent (0.2 s each)."""
+    k = Kernel(course / "autograded" / "ada" / "a")  # its own: the module's kernel has forked to its limit
+    try:
+        assert isinstance(k.kc, sandbox.PromptKernelClient)
+        reads = []
+        get_msg = k.kc.iopub_channel.get_msg
+
+        async def counted(timeout=None):
+            reads.append(timeout)
+            return await get_msg(timeout=timeout)
+
+        k.kc.iopub_channel.get_msg = counted
+        try:
+            k.loop.run_until_complete(k.kc.wait_for_ready(timeout=30))
+        finally:
+            k.kc.iopub_channel.get_msg = get_msg
+        assert reads == [sandbox.IOPUB_CONNECTED_S], "jupyter_client's wait reads until IOPub is silent"
+        assert k.run("print('ready')").strip() == "ready"  # what the kernel_info left on IOPub does no harm
+    finally:
+        k.close()
+
+
+def test_the_grading_client_says_when_the_kernel_died_before_it_was_ready(monkeypatch, tmp_path):
+    monkeypatch.setenv(sandbox.UNSANDBOXED_ENV, "1")
+    monkeypatch.setattr(sandbox, "why_unavailable", lambda: "no sandbox in this test")
+    km = kernel_manager()
+    km.kernel_spec.argv = [sys.executable, "-c", "raise SystemExit(3)"]
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(km.start_kernel(cwd=str(tmp_path)))
+        kc = km.client()
+        kc.start_channels()
+        with pytest.raises(RuntimeError, match="Kernel died before replying to kernel_info"):
+            loop.run_until_complete(kc.wait_for_ready(timeout=30))
+        kc.stop_channels()
+        loop.run_until_complete(km.shutdown_kernel(now=True))
+    finally:
+        loop.close()

@@ -277,11 +277,13 @@ def test_the_parallel_goal_grades_rounds_on_a_cluster_started_with_the_secret(no
     serial = report.grading_row([1.0] * 4, 4.0, 3.0, students=2)
     kit = FakeKit()
     row = grading.measure_parallel(kit, serial, quick=False, workers=2)
-    assert row["available"] and row["rounds"] == 3 and row["same_scores"] and len(row["speedups"]) == 3
+    rounds = grading.PARALLEL_ROUNDS[False][1]
+    assert rounds >= 3, "a median of fewer rounds is one unlucky minute away from the wrong verdict"
+    assert row["available"] and row["same_scores"] and row["rounds"] == len(row["speedups"]) == rounds
     assert kit.seen["cluster"] == (2, "demo secret")  # its workers get the secret when they start
     on_cluster = [o for o in kit.seen["options"] if "scheduler" in o]
-    assert len(on_cluster) == 4 and all(o["db_url"].startswith("postgresql://") for o in on_cluster)
-    assert len({o["db_url"] for o in on_cluster}) == 4  # warm-up and every round: a fresh gradebook
+    assert len(on_cluster) == rounds + 1 and all(o["db_url"].startswith("postgresql://") for o in on_cluster)
+    assert len({o["db_url"] for o in on_cluster}) == rounds + 1  # warm-up and every round: a fresh gradebook
     assert "the cluster was started and warmed" in row["note"]
     failed = grading.measure_parallel(FakeKit(on_cluster="grader error"), serial, quick=True, workers=2)
     assert failed["verdict"] == report.UNAVAILABLE

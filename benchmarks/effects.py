@@ -149,7 +149,7 @@ def avx2_paths(stack, paths: dict) -> dict:
 
 def setup_tiny_decoder(quick: bool) -> Setup:
     """Lesson 2: the tiny decoder's measured tokens/s against its bandwidth bound (weights + KV per token),
-    its GEMVs in the C kernel (where it builds) and, for comparison, in torch."""
+    its single-token steps in the C kernel (where it builds) and, for comparison, in torch."""
     td = need("experiments.tiny_decoder", "make_tiny_decoder", "decode_steps", "decode_bytes_read",
               "gemvs_alone")
     decode = need("experiments.decode", "SETTLE_S")
@@ -179,7 +179,7 @@ def setup_tiny_decoder(quick: bool) -> Setup:
             f"{new_tokens - 1} steps after a {prompt_len}-token prompt; bound = STREAM Triad / (weights + KV "
             "bytes per token)")
     (name, goal), (torch_name, torch_goal), (alone_name, alone_goal) = TINY_DECODER
-    rows = [AgainstStream(name, goal, ["tiny decoder"], f"{note}; GEMVs in {model.gemv_runner()}",
+    rows = [AgainstStream(name, goal, ["tiny decoder"], f"{note}; the step runs in {model.gemv_runner()}",
                           "tokens/s"),
             AgainstStream(torch_name, torch_goal, ["tiny decoder, torch GEMVs"],
                           "for information: the same model with every Linear in torch", "tokens/s"),

@@ -5,9 +5,10 @@ import platform
 
 import numpy as np
 import pytest
+import torch
 
 from hwopt import formats
-from hwopt.experiments import decode, lowbit_gemv
+from hwopt.experiments import decode, lowbit_gemv, tiny_decoder
 from hwopt.machine import bench
 
 REASON = lowbit_gemv.unavailable_reason()
@@ -221,6 +222,35 @@ def test_gemv_f32_matches_numpy_on_every_path(path, rows, cols, bias, threads):
 
 
 @needs_kernel
+@pytest.mark.parametrize("threads", [1, 2, 5])
+@pytest.mark.parametrize("shape", [(50, 48, 2, 4), (64, 128, 1, 2)])  # vocab, d, layers, heads: row tails
+@pytest.mark.parametrize("path", EVERY_PATH)
+def test_decoder_step_matches_torch_on_every_path(path, shape, threads, monkeypatch):
+    """lowbit_decoder_step, the tiny decoder's whole single-token step: the logits and caches of torch's step,
+    after a prompt (caches with torch's strides) and after a step of its own."""
+    vocab, d, layers, heads = shape
+    model = tiny_decoder.make_tiny_decoder(vocab, d, layers, heads, seed=3, kernel="c")
+    monkeypatch.setattr(tiny_decoder, "_c_kernel", lambda: lowbit_gemv.load(path=path))
+    prompt = torch.randint(0, vocab, (1, 6), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode(), bench.threads(threads):
+        _, caches = model(prompt[:, :5])
+        outputs = {}
+        for kernel in ("c", "torch"):
+            model.kernel = kernel
+            first, after = model(prompt[:, 5:], caches, start=5)
+            outputs[kernel] = (first, *model(first[:, -1:].argmax(-1), after, start=6))
+    model.kernel = "c"
+    assert "decoder step" in model.gemv_runner()
+    (c_first, c_second, c_caches), (t_first, t_second, t_caches) = outputs["c"], outputs["torch"]
+    torch.testing.assert_close(c_first, t_first, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(c_second, t_second, rtol=1e-4, atol=1e-5)
+    for c_kv, t_kv in zip(c_caches, t_caches, strict=True):
+        for c, t in zip(c_kv, t_kv, strict=True):
+            assert c.shape == t.shape == (1, heads, 7, d // heads)
+            torch.testing.assert_close(c, t, rtol=1e-4, atol=1e-5)
+
+
+@needs_kernel
 def test_gemv_f32_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match="one value per column"):
         lowbit_gemv.gemv_f32(np.zeros((4, 8)), np.zeros(7))
@@ -283,6 +313,7 @@ def test_kernel_rejects_bad_arguments_with_a_code(stack):
     lib = lowbit_gemv.load()
     assert lib.lowbit_decode_step(5, 1, 64, None, None, None, None, None, 1) == -1  # bits
     assert lib.lowbit_decode_step(8, 1, 96, None, None, None, None, None, 1) == -1  # d not a multiple of 64
+    assert lib.lowbit_decoder_step(2, 64, 3, 0, 50, None, None, 1e-5, None, 1) == -1  # 3 heads do not divide 64
 
 
 def test_bad_input_names_the_problem(stack):

@@ -130,12 +130,13 @@ needs_kernel = pytest.mark.skipif(lowbit_gemv.unavailable_reason() is not None, 
 
 @needs_kernel
 def test_decode_steps_in_the_c_kernel_match_torch():
-    """The same model decoding with every GEMV in C and in torch: the same logits (to fp32 rounding)."""
+    """The same model decoding a step in C (one lowbit_decoder_step call) and in torch: the same logits and
+    caches (to fp32 rounding)."""
     model = td.make_tiny_decoder(vocab_size=64, d_model=64, n_layers=2, n_heads=4, seed=1, kernel="c")
     prompt = torch.randint(0, 64, (1, 5), generator=torch.Generator().manual_seed(1))
     assert model.kernel == "c" and all(b.kernel == "c" for b in model.blocks)
     threads = torch.get_num_threads()
-    assert "C kernel" in model.gemv_runner()
+    assert "C kernel's decoder step" in model.gemv_runner()
     with torch.inference_mode():
         _, caches = model(prompt)
         c_logits, c_caches = model(prompt[:, -1:], caches, start=5)
@@ -143,10 +144,34 @@ def test_decode_steps_in_the_c_kernel_match_torch():
         torch_logits, torch_caches = model(prompt[:, -1:], caches, start=5)
     assert model.gemv_runner().startswith("torch")
     torch.testing.assert_close(c_logits, torch_logits, rtol=1e-4, atol=1e-4)
-    assert torch.get_num_threads() == threads  # one torch thread during the C kernel's step, then restored
+    assert torch.get_num_threads() == threads
     for (ck, cv), (tk, tv) in zip(c_caches, torch_caches, strict=True):  # one (K, V) per layer, as before
         torch.testing.assert_close(ck, tk, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(cv, tv, rtol=1e-4, atol=1e-4)
+
+
+@needs_kernel
+def test_a_step_leaves_to_torch_what_the_c_step_would_skip():
+    """A hooked module keeps its hook (each GEMV then goes to C alone), a token out of range gets torch's
+    error, and several steps in C decode what the full forward pass predicts."""
+    model = td.make_tiny_decoder(vocab_size=64, d_model=64, n_layers=2, n_heads=4, seed=2, kernel="c")
+    prompt = torch.randint(0, 64, (1, 4), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        _, caches = model(prompt)
+        plain, _ = model(prompt[:, -1:], caches, start=4)
+        seen = []
+        hook = model.blocks[1].up.register_forward_hook(lambda m, args, out: seen.append(out.shape))
+        assert "one call per Linear" in model.gemv_runner()
+        hooked, _ = model(prompt[:, -1:], caches, start=4)
+        hook.remove()
+        with pytest.raises(IndexError):
+            model(torch.tensor([[64]]), caches, start=4)
+    assert seen == [(1, 1, 256)] and "decoder step" in model.gemv_runner()
+    torch.testing.assert_close(hooked, plain, rtol=1e-4, atol=1e-4)
+    out = td.generate(model, prompt, new_tokens=6)
+    with torch.inference_mode():
+        full, _ = model(out[:, :-1])
+    assert torch.equal(full.argmax(-1)[:, 3:], out[:, 4:])
 
 
 @needs_kernel
@@ -186,8 +211,8 @@ def test_decode_bytes_read_count_weights_and_the_growing_kv(model):
 def test_compare_kernels_times_both_and_keeps_the_models_choice(model):
     model.kernel = "torch"
     text = td.compare_kernels(model, 20.0, prompt_len=3, new_tokens=3, repeats=1)
-    assert "C kernel GEMVs" in text and "torch Linears" in text and "of the bound" in text
-    assert "x faster than torch's" in text or "slower" in text
+    assert "C kernel step" in text and "torch " in text and "of the bound" in text
+    assert "x faster than torch" in text or "slower" in text
     assert model.kernel == "torch"  # put back as it was
     model.kernel = "auto"
 

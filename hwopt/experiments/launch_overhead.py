@@ -108,7 +108,8 @@ def count_ops(fn: Callable[[], object]) -> int:
 
 
 def decode_step(model: td.TinyDecoder, context_len: int = 32, device="cpu") -> Callable[[], torch.Tensor]:
-    """A zero-argument decode step of one token after context_len cached tokens (same inputs each call)."""
+    """A zero-argument decode step of one token after context_len cached tokens (same inputs each call), in
+    torch whatever the model's `kernel`: the framework calls whose overhead this module measures."""
     arguments.instance("model", model, td.TinyDecoder)
     context_len = arguments.count("context_len", context_len, "tokens")
     if context_len + 1 > model.max_len:
@@ -122,8 +123,12 @@ def decode_step(model: td.TinyDecoder, context_len: int = 32, device="cpu") -> C
     token = prompt[:, -1:]
 
     def step():
-        with torch.inference_mode():
-            return model(token, caches, start=context_len)[0]
+        kept, model.kernel = model.kernel, "torch"  # one framework call per op, as on a GPU (on the CPU, the
+        try:  # C kernel's decoder step would run the whole step in one call and dispatch next to none)
+            with torch.inference_mode():
+                return model(token, caches, start=context_len)[0]
+        finally:
+            model.kernel = kept
 
     return step
 

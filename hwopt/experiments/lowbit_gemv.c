@@ -660,3 +660,207 @@ int lowbit_gemv_f32(long rows, long cols, const float *w, const float *x, const 
     if (threads > MAX_THREADS) threads = MAX_THREADS;
     return pool_run(gemv_job, &g, threads);
 }
+
+/* ---- one token through a pre-norm decoder-only transformer (the tiny decoder) ------------------------- */
+
+/* The decode step of hwopt/experiments/tiny_decoder.py in one call: every Linear is one stage, a GEMV whose
+ * rows the workers share in chunks (as above), and whoever finishes a stage's last chunk prepares the next
+ * stage's input on its own: the layer norms, the residual adds, GELU, and attention over the KV cache. The
+ * work between two GEMVs is a few vectors of d numbers (and the cache), so it is done by one core while the
+ * others wait for the next stage, spinning: no framework call, nothing that leaves the core's caches.
+ *
+ * Per layer, tensors[16 * layer + ...] are (torch's nn.Linear weights are (out, in), row-major):
+ *   0 ln1 weight, 1 ln1 bias, 2 qkv weight (3d, d), 3 qkv bias, 4 proj weight (d, d), 5 proj bias,
+ *   6 ln2 weight, 7 ln2 bias, 8 up weight (4d, d), 9 up bias, 10 down weight (d, 4d), 11 down bias,
+ *   12 K cache (heads, past, head_dim), 13 V cache, 14 new K (heads, past + 1, head_dim), 15 new V;
+ * the caches are read with strides[4 * layer + 0..3] (elements): K between heads, K between tokens, and the
+ * same for V (the new ones are contiguous). Then tensors[16 * n_layers + ...]: 0 the final norm's weight,
+ * 1 its bias, 2 the head's weight (vocab, d; no bias), 3 the token's embedding row, 4 its position's row. */
+#define BLOCK_TENSORS 16
+#define LINEARS 4 /* stages per layer: qkv, proj, up, down */
+
+typedef struct {
+    int n_layers, heads;
+    long d, past, vocab;
+    float eps;
+    const float *const *t;
+    const long *strides;
+    float *logits;
+    float *x;      /* (d,) the residual stream */
+    float *a;      /* (d,) the normalized x: the input of qkv, up and the head */
+    float *qkv;    /* (3d,) q, k, v of the new token */
+    float *attn;   /* (d,) attention's output: proj's input */
+    float *up;     /* (4d,) up's output, then (4d,) GELU of it: down's input */
+    float *y;      /* (d,) the output of proj or down, added to x */
+    float *scores; /* (past + 1,) one head's softmax */
+    atomic_llong claim, done; /* claim: stage << 32 | its next chunk; done: the stage's chunks finished */
+    atomic_int stage;         /* the stage whose input is ready */
+} decoder_t;
+
+static inline const float *tensor(const decoder_t *s, int layer, int i) {
+    return s->t[(long)BLOCK_TENSORS * layer + i];
+}
+
+/* Stage k: rows, cols, weights, bias, input and output of its GEMV. */
+static void stage_gemv(const decoder_t *s, int k, long *rows, long *cols, const float **w, const float **bias,
+                       const float **in, float **out) {
+    const int layer = k / LINEARS, which = k % LINEARS;
+    const long d = s->d;
+    if (layer == s->n_layers) { /* the head */
+        *rows = s->vocab, *cols = d, *w = s->t[(long)BLOCK_TENSORS * s->n_layers + 2], *bias = NULL;
+        *in = s->a, *out = s->logits;
+        return;
+    }
+    static const int weight[LINEARS] = {2, 4, 8, 10};
+    const long out_rows[LINEARS] = {3 * d, d, 4 * d, d}, in_cols[LINEARS] = {d, d, d, 4 * d};
+    const float *inputs[LINEARS] = {s->a, s->attn, s->a, s->up + 4 * d};
+    float *outputs[LINEARS] = {s->qkv, s->y, s->up, s->y};
+    *rows = out_rows[which], *cols = in_cols[which];
+    *w = tensor(s, layer, weight[which]), *bias = tensor(s, layer, weight[which] + 1);
+    *in = inputs[which], *out = outputs[which];
+}
+
+static inline long stage_chunk_rows(long cols) {
+    long chunk = CHUNK_BYTES / (4 * cols) / 4 * 4;
+    return chunk < 4 ? 4 : chunk;
+}
+
+static long stage_chunks(const decoder_t *s, int k) {
+    long rows, cols;
+    const float *w, *bias, *in;
+    float *out;
+    stage_gemv(s, k, &rows, &cols, &w, &bias, &in, &out);
+    const long chunk = stage_chunk_rows(cols);
+    return (rows + chunk - 1) / chunk;
+}
+
+static void layer_norm(const float *x, const float *w, const float *b, long d, float eps, float *y) {
+    double mean = 0, var = 0;
+    for (long i = 0; i < d; i++) mean += x[i];
+    mean /= (double)d;
+    for (long i = 0; i < d; i++) var += ((double)x[i] - mean) * ((double)x[i] - mean);
+    const float inv = (float)(1.0 / sqrt(var / (double)d + (double)eps)), m = (float)mean;
+    for (long i = 0; i < d; i++) y[i] = (x[i] - m) * inv * w[i] + b[i];
+}
+
+/* The new token's K and V appended to copies of the cache, then softmax(q K^T / sqrt(head_dim)) V per head. */
+static void attend(decoder_t *s, int layer) {
+    const long d = s->d, hd = d / s->heads, past = s->past, len = past + 1;
+    const long *st = s->strides + 4L * layer;
+    const float *k_past = tensor(s, layer, 12), *v_past = tensor(s, layer, 13);
+    float *k = (float *)tensor(s, layer, 14), *v = (float *)tensor(s, layer, 15);
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int h = 0; h < s->heads; h++) {
+        float *kh = k + h * len * hd, *vh = v + h * len * hd;
+        for (long t = 0; t < past; t++)
+            for (long i = 0; i < hd; i++) {
+                kh[t * hd + i] = k_past[h * st[0] + t * st[1] + i];
+                vh[t * hd + i] = v_past[h * st[2] + t * st[3] + i];
+            }
+        const float *q = s->qkv + h * hd;
+        for (long i = 0; i < hd; i++) {
+            kh[past * hd + i] = s->qkv[d + h * hd + i];
+            vh[past * hd + i] = s->qkv[2 * d + h * hd + i];
+        }
+        float top = -INFINITY;
+        for (long t = 0; t < len; t++) {
+            float dot = 0;
+            for (long i = 0; i < hd; i++) dot += q[i] * kh[t * hd + i];
+            s->scores[t] = dot * scale;
+            top = fmaxf(top, s->scores[t]);
+        }
+        float total = 0;
+        for (long t = 0; t < len; t++) total += s->scores[t] = expf(s->scores[t] - top);
+        float *o = s->attn + h * hd;
+        for (long i = 0; i < hd; i++) o[i] = 0;
+        for (long t = 0; t < len; t++) {
+            const float p = s->scores[t] / total;
+            for (long i = 0; i < hd; i++) o[i] += p * vh[t * hd + i];
+        }
+    }
+}
+
+/* The input of stage k, from what stage k - 1 wrote (k = 0: the embeddings). */
+static void prepare_stage(decoder_t *s, int k) {
+    const int layer = k / LINEARS, which = k % LINEARS;
+    const long d = s->d;
+    const float *const *model = s->t + (long)BLOCK_TENSORS * s->n_layers; /* final norm, head, embeddings */
+    if (which == 0) { /* a layer's start, or the head: x += down's output, then norm */
+        if (k == 0)
+            for (long i = 0; i < d; i++) s->x[i] = model[3][i] + model[4][i];
+        else
+            for (long i = 0; i < d; i++) s->x[i] += s->y[i];
+        if (layer == s->n_layers)
+            layer_norm(s->x, model[0], model[1], d, s->eps, s->a);
+        else
+            layer_norm(s->x, tensor(s, layer, 0), tensor(s, layer, 1), d, s->eps, s->a);
+    } else if (which == 1) {
+        attend(s, layer);
+    } else if (which == 2) { /* x += proj's output, then norm */
+        for (long i = 0; i < d; i++) s->x[i] += s->y[i];
+        layer_norm(s->x, tensor(s, layer, 6), tensor(s, layer, 7), d, s->eps, s->a);
+    } else { /* GELU (erf), as torch's default */
+        float *g = s->up + 4 * d;
+        const float inv_sqrt2 = 0.70710678118654752f;
+        for (long i = 0; i < 4 * d; i++) g[i] = 0.5f * s->up[i] * (1.0f + erff(s->up[i] * inv_sqrt2));
+    }
+}
+
+static void decoder_job(void *arg, int index) {
+    (void)index;
+    decoder_t *s = arg;
+    const int stages = LINEARS * s->n_layers + 1;
+    for (long spins = 1;; spins++) {
+        const int k = atomic_load_explicit(&s->stage, memory_order_acquire);
+        if (k >= stages) return;
+        long long v = atomic_load(&s->claim);
+        const long chunks = stage_chunks(s, k);
+        if ((v >> 32) != k || (v & 0xffffffffLL) >= chunks ||
+            !atomic_compare_exchange_weak(&s->claim, &v, v + 1)) { /* none to take now: the stage is ending */
+            wait_a_little(spins);
+            continue;
+        }
+        long rows, cols;
+        const float *w, *bias, *in;
+        float *out;
+        stage_gemv(s, k, &rows, &cols, &w, &bias, &in, &out);
+        const long chunk = stage_chunk_rows(cols), r0 = (long)(v & 0xffffffffLL) * chunk;
+        const long r1 = r0 + chunk < rows ? r0 + chunk : rows;
+        float dot[ROWS];
+        long r = r0;
+        for (; r + ROWS <= r1; r += ROWS) {
+            dot4_f32(w + r * cols, cols, cols, in, dot);
+            for (int j = 0; j < ROWS; j++) out[r + j] = dot[j] + (bias ? bias[r + j] : 0.0f);
+        }
+        for (; r < r1; r++) out[r] = dot1_f32(w + r * cols, cols, in) + (bias ? bias[r] : 0.0f);
+        if (atomic_fetch_add(&s->done, 1) + 1 == chunks) { /* the stage's last chunk: prepare the next */
+            atomic_store(&s->done, 0);
+            if (k + 1 < stages) prepare_stage(s, k + 1);
+            atomic_store(&s->claim, (long long)(k + 1) << 32);
+            atomic_store_explicit(&s->stage, k + 1, memory_order_release);
+        }
+    }
+}
+
+/* Logits (vocab,) of one token (see the block above for tensors and strides); d a multiple of heads.
+ * Returns 0, -1 for bad arguments, -2 when out of memory. */
+int lowbit_decoder_step(int n_layers, long d, int heads, long past, long vocab, const float *const *tensors,
+                        const long *strides, float eps, float *logits, int threads) {
+    if (n_layers < 1 || d < 1 || heads < 1 || d % heads || past < 0 || vocab < 1 || !tensors || !strides ||
+        !logits || threads < 1)
+        return -1;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    float *work = malloc(sizeof(float) * (size_t)(15 * d + past + 1));
+    if (!work) return -2;
+    decoder_t s = {.n_layers = n_layers, .heads = heads, .d = d, .past = past, .vocab = vocab, .eps = eps,
+                   .t = tensors, .strides = strides, .logits = logits};
+    s.x = work, s.a = s.x + d, s.qkv = s.a + d, s.attn = s.qkv + 3 * d, s.up = s.attn + d;
+    s.y = s.up + 8 * d, s.scores = s.y + d;
+    atomic_init(&s.claim, 0);
+    atomic_init(&s.done, 0);
+    atomic_init(&s.stage, 0);
+    prepare_stage(&s, 0);
+    const int status = pool_run(decoder_job, &s, threads);
+    free(work);
+    return status;
+}

@@ -5,7 +5,8 @@ weight read once per step: it is written for the memory-bound case of batch-1 de
 dot products have one instruction path per x86 SIMD level (PATHS: AVX-512 VNNI, AVX-VNNI, AVX2, plain C);
 the build picks the fastest this CPU runs, from the SIMD features hwopt.machine.hardware reads. Building
 takes well under a second; the shared library is cached by its source, compiler and flags. Its fp32 loop also
-serves gemv_f32, y = W x + b for a Linear's weights, which the tiny decoder's decode steps run.
+serves gemv_f32, y = W x + b for a Linear's weights, and lowbit_decoder_step, a whole single-token step of
+the tiny decoder (tiny_decoder.py) in one call.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ PORTABLE_FLAGS = BASE_FLAGS  # the plain C loops: any CPU, any compiler
 # (negligible: 4 bytes a row), int4 with one fp32 scale per block (lowbit_gemv.c reads blocks of INT4_BLOCK).
 WEIGHT_FORMATS = {"fp32": "fp32", "int8": "int8", "int4": "int4_g32"}
 INT4_BLOCK = formats.get(WEIGHT_FORMATS["int4"]).block  # weights per int4 scale
-ERRORS = {-1: "bad arguments"}
+ERRORS = {-1: "bad arguments", -2: "out of memory"}
 X86_ARCHS = ("x86_64", "amd64", "i386", "i686")
 
 
@@ -180,6 +181,10 @@ def open_library(path: Path) -> ctypes.CDLL:
     lib.lowbit_gemv_f32.restype = ctypes.c_int
     lib.lowbit_gemv_f32.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p,
                                     ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    lib.lowbit_decoder_step.restype = ctypes.c_int
+    lib.lowbit_decoder_step.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_int, ctypes.c_long,
+                                        ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float,
+                                        ctypes.c_void_p, ctypes.c_int]
     lib.lowbit_kernel_path.restype = ctypes.c_char_p
     lib.lowbit_kernel_path.argtypes = []
     built = kernel_path(lib)

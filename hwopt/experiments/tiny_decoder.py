@@ -5,19 +5,20 @@ layer once on a single vector, so decode speed is bounded by memory bandwidth / 
 weights, and the K and V of every past token).
 
 At batch 1 torch runs each of those matrix-vector products (GEMVs) as a separate call (MKL's fp32 GEMV used
-one core on the EPYC CPUs we measured) and reaches a fraction of the bandwidth. So where the C kernel builds
-(lowbit_gemv), a decode step on the CPU outside autograd sends every projection (Q/K/V fused in one Linear,
-the output projection, the MLP's two Linears, the head) through its fp32 GEMV on all of torch's threads, and
-runs the small torch ops between them on one thread (torch.set_num_threads(1) for the step, restored after
-it: the process's torch runs on one thread meanwhile); the prompt (several tokens at once), training and
-GPUs stay in torch. `kernel` chooses: "auto" (the C kernel where it builds), "c", or "torch".
+one core on the EPYC CPUs we measured) and reaches a fraction of the bandwidth; and each of the ~60 small ops
+between them (norms, attention, GELU, adds) is a framework call that starts with cold caches, since every
+GEMV has just streamed megabytes of weights through them. So where the C kernel builds (lowbit_gemv), a
+single-token step on the CPU outside autograd is one call of its lowbit_decoder_step: every Linear (Q/K/V
+fused in one, the output projection, the MLP's two, the head) in its fp32 GEMV on all of torch's threads,
+and everything between them in C by one core while the others wait. The prompt (several tokens at once),
+training and GPUs stay in torch. `kernel` chooses: "auto" (the C kernel where it builds), "c", or "torch".
 
 The KV cache is a list with one (K, V) pair per layer, each (batch, heads, past tokens, head_dim).
 """
 
 from __future__ import annotations
 
-import contextlib
+import ctypes
 import functools
 
 import torch
@@ -50,26 +51,13 @@ def _kernel_lib(kernel: str):
     return lib
 
 
-@contextlib.contextmanager
-def _one_torch_thread():
-    """torch on one thread for the block: the small ops between a decode step's GEMVs (vectors of a few
-    thousand numbers) would otherwise wake torch's thread pool, which then spins and waits for its threads,
-    taking cores from the GEMVs (on a busy machine, a preempted thread stalls every such op)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def project(layer: nn.Linear, x, kernel: str = "auto", threads: int | None = None):
     """layer(x); one fp32 vector on the CPU outside autograd runs in the C kernel's GEMV (see the top), on
-    `threads` cores (default: torch's thread count)."""
+    `threads` cores (default: torch's thread count), unless the layer is not a plain Linear it can read
+    (_c_ready: a subclass, a hook, another dtype)."""
     lib = _kernel_lib(kernel) if x.shape[:-1].numel() == 1 and x.device.type == "cpu" else None
     w, b = layer.weight, layer.bias
-    if (lib is None or torch.is_grad_enabled() or x.dtype != torch.float32 or w.dtype != torch.float32
-            or not w.is_contiguous() or w.device.type != "cpu"):
+    if lib is None or torch.is_grad_enabled() or x.dtype != torch.float32 or not _c_ready(layer):
         return layer(x)
     x = x.contiguous()
     y = torch.empty(*x.shape[:-1], w.shape[0])
@@ -164,11 +152,15 @@ class TinyDecoder(nn.Module):
             block.kernel = kernel
 
     def gemv_runner(self) -> str:
-        """What runs a decode step's GEMVs on the CPU, in words (for reports)."""
+        """What runs a single-token decode step's GEMVs on the CPU (and, in the C kernel's decoder step, all
+        the rest of it), in words (for reports)."""
         lib = _kernel_lib(self.kernel)
         if lib is None:
             return "torch (one call per Linear)"
-        return f"the C kernel's fp32 GEMV (lowbit_gemv.c, {lowbit_gemv.kernel_path(lib)} path)"
+        where = f"lowbit_gemv.c, {lowbit_gemv.kernel_path(lib)} path"
+        if _whole_step_in_c(self):
+            return f"the C kernel's decoder step ({where}): every GEMV, norm and attention in one call"
+        return f"the C kernel's fp32 GEMV ({where}), one call per Linear"
 
     def forward(self, tokens, caches=None, start: int = 0):
         """tokens (batch, seq) -> (logits (batch, seq, vocab), caches); start = position of tokens[:, 0]."""
@@ -177,16 +169,75 @@ class TinyDecoder(nn.Module):
         if start + tokens.shape[1] > self.max_len:
             raise ValueError(f"sequence longer than max_len={self.max_len}")
         threads = torch.get_num_threads()
-        in_c = (tokens.numel() == 1 and tokens.device.type == "cpu" and not torch.is_grad_enabled()
-                and _kernel_lib(self.kernel) is not None)
-        with _one_torch_thread() if in_c and threads > 1 else contextlib.nullcontext():
-            positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
-            x = self.tok(tokens) + self.pos(positions)
-            new = []
-            for i, block in enumerate(self.blocks):
-                x, c = block(x, None if caches is None else caches[i], threads)
-                new.append(c)
-            return project(self.head, self.norm(x), self.kernel, threads), new
+        lib = (_kernel_lib(self.kernel) if tokens.numel() == 1 and tokens.device.type == "cpu"
+               and not torch.is_grad_enabled() else None)
+        if lib is not None and (step := _step_in_c(self, lib, tokens, caches, start, threads)) is not None:
+            return step
+        positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
+        x = self.tok(tokens) + self.pos(positions)
+        new = []
+        for i, block in enumerate(self.blocks):
+            x, c = block(x, None if caches is None else caches[i], threads)
+            new.append(c)
+        return project(self.head, self.norm(x), self.kernel, threads), new
+
+
+def _c_ready(module: nn.Module) -> bool:
+    """Whether lowbit_decoder_step can read this module's parameters as they are: a plain Linear, LayerNorm or
+    Embedding without hooks (the C step would skip them), every parameter fp32, contiguous, on the CPU."""
+    return (type(module) in (nn.Linear, nn.LayerNorm, nn.Embedding) and not module._forward_hooks
+            and not module._forward_pre_hooks
+            and all(p.dtype == torch.float32 and p.device.type == "cpu" and p.is_contiguous()
+                    for p in module.parameters(recurse=False)))
+
+
+def _whole_step_in_c(model: TinyDecoder) -> bool:
+    """Whether lowbit_decoder_step runs this model's single-token steps: every module the plain one it was
+    built with (_c_ready), every Linear but the head with a bias, every norm with its affine parameters and
+    the same eps. Otherwise (a replaced or hooked module, another dtype) each GEMV goes to C alone
+    (project)."""
+    blocks = list(model.blocks)
+    norms = [m for b in blocks for m in (b.norm1, b.norm2)] + [model.norm]
+    linears = [m for b in blocks for m in (b.qkv, b.proj, b.up, b.down)]
+    return not (any(type(b) is not Block or b._forward_hooks or b._forward_pre_hooks
+                    or b.n_heads != blocks[0].n_heads for b in blocks)
+                or not all(map(_c_ready, (*norms, *linears, model.head, model.tok, model.pos)))
+                or any(m.bias is None for m in linears) or model.head.bias is not None
+                or any(m.weight is None or m.bias is None or m.eps != model.norm.eps for m in norms))
+
+
+def _step_in_c(model: TinyDecoder, lib, tokens, caches, start: int, threads: int):
+    """One token through the whole model in lowbit_decoder_step (see the top): (logits, caches) as forward
+    returns them, or None where torch should do the step: a model it does not run (_whole_step_in_c), a
+    token out of range (torch says so), or an unusual cache."""
+    if not _whole_step_in_c(model):
+        return None
+    blocks, heads = list(model.blocks), model.blocks[0].n_heads
+    d, token = model.tok.embedding_dim, int(tokens.reshape(()))
+    past = 0 if caches is None else caches[0][0].shape[2]
+    if not 0 <= token < model.tok.num_embeddings or caches is not None and (len(caches) != len(blocks) or any(
+            t.shape != (1, heads, past, d // heads) or t.dtype != torch.float32 or t.device.type != "cpu"
+            or t.stride(3) != 1
+            for k, v in caches for t in (k, v))):
+        return None  # torch says what is wrong with the token, or handles the cache
+    kv = torch.empty(len(blocks), 2, 1, heads, past + 1, d // heads)
+    logits = torch.empty(1, 1, model.head.out_features)
+    pointers, strides = [], []
+    for i, b in enumerate(blocks):
+        k, v = (kv[i, 0, 0], kv[i, 1, 0]) if caches is None else (caches[i][0][0], caches[i][1][0])
+        pointers += [p.data_ptr() for m in (b.norm1, b.qkv, b.proj, b.norm2, b.up, b.down)
+                     for p in (m.weight, m.bias)]
+        pointers += [k.data_ptr(), v.data_ptr(), kv[i, 0].data_ptr(), kv[i, 1].data_ptr()]
+        strides += [k.stride(0), k.stride(1), v.stride(0), v.stride(1)]
+    pointers += [model.norm.weight.data_ptr(), model.norm.bias.data_ptr(), model.head.weight.data_ptr(),
+                 model.tok.weight[token].data_ptr(), model.pos.weight[start].data_ptr()]
+    status = lib.lowbit_decoder_step(len(blocks), d, heads, past, model.head.out_features,
+                                     (ctypes.c_void_p * len(pointers))(*pointers),
+                                     (ctypes.c_long * len(strides))(*strides), model.norm.eps,
+                                     logits.data_ptr(), threads)
+    if status != 0:
+        raise RuntimeError(f"lowbit_decoder_step failed: {lowbit_gemv.ERRORS.get(status, status)}")
+    return logits, [(kv[i, 0], kv[i, 1]) for i in range(len(blocks))]
 
 
 def truncate_caches(caches: list, length: int) -> list:
@@ -299,8 +350,9 @@ def measure_decode(model: TinyDecoder, prompt_len: int = 16, new_tokens: int = 3
 
 def compare_kernels(model: TinyDecoder, bandwidth_gbs: float, prompt_len: int = 16, new_tokens: int = 8,
                     repeats: int = 5) -> str:
-    """Decode on the CPU with the GEMVs in the C kernel and in torch, interleaved (bench.compare): tokens/s
-    of each against the bound at bandwidth_gbs (weights + KV), and how much the C kernel gained (lesson 2)."""
+    """Decode on the CPU in the C kernel (model.gemv_runner() says how) and in torch, interleaved
+    (bench.compare): tokens/s of each against the bound at bandwidth_gbs (weights + KV), and how much the C
+    kernel gained (lesson 2)."""
     from hwopt.experiments import decode
 
     arguments.instance("model", model, TinyDecoder)
@@ -329,14 +381,14 @@ def compare_kernels(model: TinyDecoder, bandwidth_gbs: float, prompt_len: int = 
     rate = {k: (new_tokens - 1) / m.median_s for k, m in timed.items()}
     lines = [f"bound at {bandwidth_gbs:,.1f} GB/s: {bound:,.0f} tokens/s ({per_token / 1e6:,.0f} MB read per "
              "token: weights + KV)"]
-    for kernel, label in (("c", "C kernel GEMVs"), ("torch", "torch Linears  ")):
+    for kernel, label in (("c", "C kernel step"), ("torch", "torch        ")):
         m = timed[kernel]
         lines.append(f"  {label} {rate[kernel]:8,.0f} tokens/s = {rate[kernel] / bound:4.0%} of the bound "
                      f"({m.median_ms / (new_tokens - 1):.2f} ms per token, IQR {m.relative_iqr:.0%})")
     gain = bench.speedup(timed["torch"], timed["c"])
-    lines.append(f"the same model and weights: the C kernel's GEMVs decode {gain:.2f}x "
-                 + ("faster than torch's, measured interleaved" if gain >= 1 else
-                    "as fast as torch's (slower), measured interleaved: look at the spread, and rerun"))
+    lines.append(f"the same model and weights: the C kernel decodes {gain:.2f}x "
+                 + ("faster than torch, measured interleaved" if gain >= 1 else
+                    "as fast as torch (slower), measured interleaved: look at the spread, and rerun"))
     return "\n".join(lines)
 
 
@@ -385,7 +437,7 @@ def bound_report(model: TinyDecoder, measured_tokens_per_s: float, bandwidth_gbs
              + f"; the bound at {bandwidth_gbs:,.1f} GB/s is {bound:,.0f} tokens/s, measured "
              f"{measured_tokens_per_s:,.0f} tokens/s: bound / measured = {ratio:.2f} (the bytes streamed at "
              f"{streamed_gbs:,.1f} GB/s, {streamed_gbs / bandwidth_gbs:.0%} of the bandwidth)",
-             f"the GEMVs of a decode step ran in {runner}"]
+             f"a decode step ran in {runner}"]
     if context_len:
         meaning = ("the weights are what this step reads" if kv < 0.1 * weights else
                    "a real share of the bytes read, which a bound from the weights alone would leave out")
@@ -402,6 +454,12 @@ def bound_report(model: TinyDecoder, measured_tokens_per_s: float, bandwidth_gbs
                      "other than reading weights at full bandwidth: one framework call per layer with its "
                      "own overhead, attention and normalization on single vectors, and GEMVs that may not "
                      "use every core. The bound is what a kernel with none of that would reach.")
+    elif "decoder step" in runner:
+        lines.append(f"{ratio:.1f}x below the bound: {1 - 1 / ratio:.0%} of each step goes to something "
+                     "other than reading weights at full bandwidth, although the whole step is one C call: "
+                     "each GEMV's stream starting and draining, the cores meeting at the end of every GEMV "
+                     "(waiting for the slower one; on a busy machine, one that lost its core for a while), "
+                     "and the norms and attention one core does between them.")
     else:
         lines.append(f"{ratio:.1f}x below the bound: {1 - 1 / ratio:.0%} of each step goes to something "
                      "other than reading weights at full bandwidth, although one C loop streams every "

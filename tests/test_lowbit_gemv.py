@@ -313,7 +313,7 @@ def test_kernel_rejects_bad_arguments_with_a_code(stack):
     lib = lowbit_gemv.load()
     assert lib.lowbit_decode_step(5, 1, 64, None, None, None, None, None, 1) == -1  # bits
     assert lib.lowbit_decode_step(8, 1, 96, None, None, None, None, None, 1) == -1  # d not a multiple of 64
-    assert lib.lowbit_decoder_step(2, 64, 3, 0, 50, None, None, 1e-5, None, 1) == -1  # 3 heads do not divide 64
+    assert lib.lowbit_decoder_step(2, 64, 3, 0, 50, None, None, 1e-5, None, 1) == -1  # 3 heads in 64
 
 
 def test_bad_input_names_the_problem(stack):

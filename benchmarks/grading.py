@@ -32,7 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 GRADE_CLASS = ROOT / "autograder" / "grade_class.py"
 CELL_TIMEOUT_S = 10  # per cell in the sample mix: the samples whose loops never end cost this (the kit's: 60)
 HONEST_STUDENTS = {True: 2, False: 5}  # quick, full: students in the honest class (a notebook per assignment)
-PARALLEL_ROUNDS = {True: (1, 1), False: (2, 5)}  # quick, full: (students per class, rounds), parallel goal
+# quick, full: (students per class, rounds) of the parallel goal. Full: 30 notebooks a round, so that the
+# class's end (one worker finishing its last task while another has nothing left, about half a task) is a
+# small share of the round, as in a real class of hundreds.
+PARALLEL_ROUNDS = {True: (1, 1), False: (3, 5)}
 SECRET_ENV = "HWOPT_GRADER_SECRET"  # the kit's judge.SECRET_ENV, for when the kit is not importable
 UNSANDBOXED_ENV = "HWOPT_GRADER_UNSANDBOXED"  # the kit's sandbox.UNSANDBOXED_ENV
 KIT_NEEDS = ("demo", "grade_class", "prepare_course", "make_api", "release", "samples", "DEMO_SECRET",

@@ -148,6 +148,7 @@ def test_a_class_graded_on_an_existing_cluster_gets_the_serial_scores(tmp_path, 
                                                                for r in serial_rows]
     assert len({r.score for r in rows}) == 2  # the correct and the wrong submission score differently
     assert worker_settings(existing_cluster) == [tuple(grade_class.cluster_config().values())] * 2
+    assert scheduler_saturation(existing_cluster) == 1.0
 
 
 def worker_settings(address: str) -> list[tuple]:
@@ -159,9 +160,19 @@ def worker_settings(address: str) -> list[tuple]:
         return list(client.run(lambda: tuple(__import__("dask").config.get(key) for key in keys)).values())
 
 
-def test_the_kits_cluster_runs_without_dasks_profiler_and_ticks_slowly():
+def scheduler_saturation(address: str) -> float:
+    """Tasks the scheduler at address sends a worker per thread before that worker finishes one."""
+    from distributed import Client
+
+    with Client(address) as client:
+        return client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.WORKER_SATURATION)
+
+
+def test_the_kits_cluster_runs_without_dasks_profiler_ticks_slowly_and_sends_one_task_at_a_time():
     settings = grade_class.cluster_config()
     assert settings["distributed.worker.profile.enabled"] is False  # it samples every thread every 10 ms
     assert settings["distributed.admin.tick.interval"] == "1s"  # Dask's: 20 ms
+    assert settings["distributed.scheduler.worker-saturation"] == 1.0  # Dask's 1.1: two tasks a worker
     with grade_class.local_cluster(2) as cluster:
         assert worker_settings(cluster.scheduler_address) == [tuple(settings.values())] * 2
+        assert scheduler_saturation(cluster.scheduler_address) == 1.0

@@ -164,8 +164,9 @@ def test_a_step_leaves_to_torch_what_the_c_step_would_skip():
         assert "one call per Linear" in model.gemv_runner()
         hooked, _ = model(prompt[:, -1:], caches, start=4)
         hook.remove()
-        with pytest.raises(IndexError):
-            model(torch.tensor([[64]]), caches, start=4)
+        for token, start in ((64, 4), (1, -1)):  # a token, or a position, out of range
+            with pytest.raises(IndexError):
+                model(torch.tensor([[token]]), caches, start=start)
     assert seen == [(1, 1, 256)] and "decoder step" in model.gemv_runner()
     torch.testing.assert_close(hooked, plain, rtol=1e-4, atol=1e-4)
     out = td.generate(model, prompt, new_tokens=6)

@@ -213,17 +213,22 @@ def _step_in_c(model: TinyDecoder, lib, tokens, caches, start: int, threads: int
     if not _whole_step_in_c(model):
         return None
     blocks, heads = list(model.blocks), model.blocks[0].n_heads
+    if tokens.dtype not in (torch.int32, torch.int64) or start < 0:
+        return None  # torch says what is wrong
     d, token = model.tok.embedding_dim, int(tokens.reshape(()))
+    if not 0 <= token < model.tok.num_embeddings:
+        return None
     past = 0 if caches is None else caches[0][0].shape[2]
-    if not 0 <= token < model.tok.num_embeddings or caches is not None and (len(caches) != len(blocks) or any(
-            t.shape != (1, heads, past, d // heads) or t.dtype != torch.float32 or t.device.type != "cpu"
-            or t.stride(3) != 1
+    shape = (1, heads, past, d // heads)
+    if caches is not None and (len(caches) != len(blocks) or not all(
+            t.shape == shape and t.dtype == torch.float32 and t.device.type == "cpu" and t.stride(3) == 1
             for k, v in caches for t in (k, v))):
-        return None  # torch says what is wrong with the token, or handles the cache
+        return None  # a cache of another layout: torch handles it, or says what is wrong
     kv = torch.empty(len(blocks), 2, 1, heads, past + 1, d // heads)
     logits = torch.empty(1, 1, model.head.out_features)
     pointers, strides = [], []
     for i, b in enumerate(blocks):
+        # the cache before this token (none: past = 0, nothing is read), and its copy with this token after
         k, v = (kv[i, 0, 0], kv[i, 1, 0]) if caches is None else (caches[i][0][0], caches[i][1][0])
         pointers += [p.data_ptr() for m in (b.norm1, b.qkv, b.proj, b.norm2, b.up, b.down)
                      for p in (m.weight, m.bias)]

@@ -31,8 +31,8 @@
  *
  * fp32 rows are plain (row r of W is W[r, :]); each step of the loop reads 64 bytes of 4 neighbouring rows
  * and asks for the same bytes of rows at least 32 KiB further on, ahead of use. The same fp32 loop serves
- * lowbit_gemv_f32, a general y = W x + b for the (out, in) weights of a torch Linear (the tiny decoder's
- * projections).
+ * lowbit_gemv_f32, a general y = W x + b for the (out, in) weights of a torch Linear, and lowbit_decoder_step
+ * (at the end), a whole single-token step of the tiny decoder with its norms and attention.
  *
  * Threads: the rows of every layer are cut into chunks of about CHUNK_BYTES, and up to `threads` workers take
  * the next chunk as they finish one; whoever finishes a layer's last chunk prepares the next layer's input.

@@ -202,9 +202,14 @@ typedef struct {
     long rows, chunk_rows, chunks;
 } schedule_t;
 
-static void schedule_init(schedule_t *c, long rows, long row_bytes) {
+/* Rows in a chunk of rows of row_bytes each: a multiple of 4, about CHUNK_BYTES. */
+static long chunk_rows(long row_bytes) {
     long chunk = CHUNK_BYTES / (row_bytes > 0 ? row_bytes : 1) / 4 * 4;
-    c->chunk_rows = chunk < 4 ? 4 : chunk;
+    return chunk < 4 ? 4 : chunk;
+}
+
+static void schedule_init(schedule_t *c, long rows, long row_bytes) {
+    c->chunk_rows = chunk_rows(row_bytes);
     c->rows = rows;
     c->chunks = (rows + c->chunk_rows - 1) / c->chunk_rows;
     atomic_init(&c->claim, 0);
@@ -634,19 +639,23 @@ typedef struct {
     schedule_t schedule;
 } gemv_t;
 
+/* y[r] = W[r, :] . x + bias[r] (bias NULL: none) for the rows [r0, r1) of row-major fp32 w (cols a row). */
+static void gemv_rows(const float *w, long cols, const float *x, const float *bias, float *y, long r0,
+                      long r1) {
+    float dot[ROWS];
+    long r = r0;
+    for (; r + ROWS <= r1; r += ROWS) {
+        dot4_f32(w + r * cols, cols, cols, x, dot);
+        for (int k = 0; k < ROWS; k++) y[r + k] = dot[k] + (bias ? bias[r + k] : 0.0f);
+    }
+    for (; r < r1; r++) y[r] = dot1_f32(w + r * cols, cols, x) + (bias ? bias[r] : 0.0f);
+}
+
 static void gemv_job(void *arg, int index) {
     (void)index;
     gemv_t *g = arg;
     long r0, r1;
-    float dot[ROWS];
-    while (claim_chunk(&g->schedule, 0, &r0, &r1)) {
-        long r = r0;
-        for (; r + ROWS <= r1; r += ROWS) {
-            dot4_f32(g->w + r * g->cols, g->cols, g->cols, g->x, dot);
-            for (int k = 0; k < ROWS; k++) g->y[r + k] = dot[k] + (g->bias ? g->bias[r + k] : 0.0f);
-        }
-        for (; r < r1; r++) g->y[r] = dot1_f32(g->w + r * g->cols, g->cols, g->x) + (g->bias ? g->bias[r] : 0);
-    }
+    while (claim_chunk(&g->schedule, 0, &r0, &r1)) gemv_rows(g->w, g->cols, g->x, g->bias, g->y, r0, r1);
 }
 
 /* y (rows,) = w (rows, cols) x (cols,) + bias (rows,; NULL for none), fp32, w row-major (a torch Linear's
@@ -720,17 +729,12 @@ static void stage_gemv(const decoder_t *s, int k, long *rows, long *cols, const 
     *in = inputs[which], *out = outputs[which];
 }
 
-static inline long stage_chunk_rows(long cols) {
-    long chunk = CHUNK_BYTES / (4 * cols) / 4 * 4;
-    return chunk < 4 ? 4 : chunk;
-}
-
 static long stage_chunks(const decoder_t *s, int k) {
     long rows, cols;
     const float *w, *bias, *in;
     float *out;
     stage_gemv(s, k, &rows, &cols, &w, &bias, &in, &out);
-    const long chunk = stage_chunk_rows(cols);
+    const long chunk = chunk_rows(4 * cols);
     return (rows + chunk - 1) / chunk;
 }
 
@@ -742,7 +746,7 @@ static void layer_norm(const float *x, const float *w, const float *b, long d, f
     const float inv = (float)(1.0 / sqrt(var / (double)d + (double)eps)), m = (float)mean;
     for (long i = 0; i < d; i++) y[i] = (x[i] - m) * inv * w[i] + b[i];
 }
-
+/* The new token's K and V appended to copies of the cache, then softmax(q K^T / sqrt(head_dim)) V a head. */
 /* The new token's K and V appended to copies of the cache, then softmax(q K^T / sqrt(head_dim)) V per head. */
 static void attend(decoder_t *s, int layer) {
     const long d = s->d, hd = d / s->heads, past = s->past, len = past + 1;
@@ -824,15 +828,8 @@ static void decoder_job(void *arg, int index) {
         const float *w, *bias, *in;
         float *out;
         stage_gemv(s, k, &rows, &cols, &w, &bias, &in, &out);
-        const long chunk = stage_chunk_rows(cols), r0 = (long)(v & 0xffffffffLL) * chunk;
-        const long r1 = r0 + chunk < rows ? r0 + chunk : rows;
-        float dot[ROWS];
-        long r = r0;
-        for (; r + ROWS <= r1; r += ROWS) {
-            dot4_f32(w + r * cols, cols, cols, in, dot);
-            for (int j = 0; j < ROWS; j++) out[r + j] = dot[j] + (bias ? bias[r + j] : 0.0f);
-        }
-        for (; r < r1; r++) out[r] = dot1_f32(w + r * cols, cols, in) + (bias ? bias[r] : 0.0f);
+        const long chunk = chunk_rows(4 * cols), r0 = (long)(v & 0xffffffffLL) * chunk;
+        gemv_rows(w, cols, in, bias, out, r0, r0 + chunk < rows ? r0 + chunk : rows);
         if (atomic_fetch_add(&s->done, 1) + 1 == chunks) { /* the stage's last chunk: prepare the next */
             atomic_store(&s->done, 0);
             if (k + 1 < stages) prepare_stage(s, k + 1);

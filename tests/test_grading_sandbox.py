@@ -149,6 +149,36 @@ print(children)""").split()
     assert 0 < int(got[3]) < 64, "a fork bomb stops at the process limit"
 
 
+# A student's folder may hold anything, this too: a launcher of the toolkit's name that sets no limits.
+UNLIMITED_LAUNCHER = """import sys
+from ipykernel import kernelapp
+kernelapp.launch_new_instance(["--IPKernelApp.parent_handle=1", *sys.argv[1:]])
+"""
+
+
+def test_a_launcher_in_the_students_folder_is_not_the_one_that_runs(tmp_path, grading_sandbox):
+    folder = tmp_path / "a"
+    fake = folder / "hwopt" / "course" / "grading"
+    fake.mkdir(parents=True)
+    for package in (folder / "hwopt", fake.parent, fake):
+        (package / "__init__.py").write_text("")
+    (fake / "kernel.py").write_text(UNLIMITED_LAUNCHER)
+    (folder / "helper.py").write_text("ANSWER = 42\n")
+    # a uid of its own: the module's kernel leaves sleeping children that hold its uid's process limit
+    kernel = Kernel(folder, uid=sandbox.sandbox_uid(2**22 - 3), HWOPT_GRADER_MAX_PROCESSES="64")
+    try:
+        got = kernel.run("import os, resource, sys, helper\n"
+                         "print(resource.getrlimit(resource.RLIMIT_NPROC)[1], helper.ANSWER, "
+                         "sys.modules['debugpy'], sys.modules['hwopt'].__file__.startswith(os.getcwd()))")
+    finally:
+        kernel.close()
+    nproc, answer, debugpy, toolkit_from_the_folder = got.split()
+    assert nproc == "64", "the toolkit's launcher ran and set the limits, not the student's"
+    assert answer == "42", "as in any kernel, the student's own modules in their folder import"
+    assert debugpy == "None", "the grading kernel has no debugger: its import is blocked"
+    assert toolkit_from_the_folder == "False", "the toolkit this kernel imported is the installed one"
+
+
 FORK_TO_THE_LIMIT = """import os, time
 children = 0
 try:
@@ -251,7 +281,7 @@ def test_the_grading_kernelspec_launches_this_environments_interpreter(monkeypat
     monkeypatch.setenv(sandbox.UNSANDBOXED_ENV, "1")
     monkeypatch.setattr(sandbox, "why_unavailable", lambda: "no sandbox in this test")
     km = kernel_manager()
-    assert km.format_kernel_cmd()[:3] == [sys.executable, "-m", "hwopt.course.grading.kernel"]
+    assert km.format_kernel_cmd()[:4] == [sys.executable, "-P", "-m", "hwopt.course.grading.kernel"]
     assert km.transport == "ipc" and km.sandboxed is False
     monkeypatch.setattr(sandbox.sys, "platform", "win32")
     assert kernel_manager().transport == "tcp", "Windows has no Unix sockets: unsandboxed kernels use tcp"

@@ -70,6 +70,7 @@ c.GenerateFeedback.preprocessors = [
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     "nbgrader.preprocessors.ClearHiddenTests",
 ]
+c.GenerateFeedback.exporter_class = "hwopt.course.grading.plugins.FeedbackExporter"  # templates compiled once
 
 # zip_collect: an LMS zip in downloaded/<assignment>/archive/. File names like Canvas's
 # "<student>_<numbers>_<file>.ipynb" or "<student>_LATE_<numbers>_<file>.ipynb"; the file part may be

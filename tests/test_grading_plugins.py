@@ -1,8 +1,10 @@
 """course.grading.plugins: what a judged grade cell shows, and the score nbgrader reads from it."""
 
+import jinja2
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_output
+from nbconvert.exporters import HTMLExporter
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 from nbgrader.utils import determine_grade
 
 from hwopt.course.grading import judge, plugins
@@ -48,3 +50,42 @@ def test_a_cell_that_loses_its_kernel_scores_zero():
     cell = grade_cell(plugins.judged_outputs([], result))
     assert determine_grade(cell) == (0.0, 2.0)
     nbformat.validate(nbformat.v4.new_notebook(cells=[cell]))
+
+
+@pytest.fixture
+def compiles(monkeypatch):
+    """How many templates Jinja compiles from source (a list, one entry per compile)."""
+    seen, compile_source = [], jinja2.Environment.compile
+
+    def counted(self, *args, **kwargs):
+        seen.append(args[1:2])
+        return compile_source(self, *args, **kwargs)
+
+    monkeypatch.setattr(jinja2.Environment, "compile", counted)
+    return seen
+
+
+def test_the_feedback_exporter_writes_nbconverts_page_and_compiles_its_templates_once(compiles):
+    nb = new_notebook(cells=[new_markdown_cell("# Part 1"), new_code_cell("x = 1\nprint(x)")])
+    page, _ = HTMLExporter().from_notebook_node(nb)
+    assert compiles, "nbconvert compiles its templates for every new exporter"
+    compiles.clear()
+    first, _ = plugins.FeedbackExporter().from_notebook_node(nb)
+    compiles.clear()
+    again, _ = plugins.FeedbackExporter().from_notebook_node(nb)  # nbgrader: a new exporter for every page
+    assert first == again == page
+    assert compiles == [], "the second page compiled its templates again"
+
+
+def test_the_feedback_exporter_recompiles_a_template_whose_source_changed(tmp_path, compiles):
+    template = tmp_path / "page.html.j2"
+    nb = new_notebook(cells=[new_code_cell("pass")])
+
+    def render() -> str:
+        exporter = plugins.FeedbackExporter(template_paths=[str(tmp_path)], template_file=template.name)
+        return exporter.from_notebook_node(nb)[0]
+
+    template.write_text("first {{ nb.cells | length }}")
+    assert "first 1" in render() and "first 1" in render()
+    template.write_text("second {{ nb.cells | length }}")
+    assert "second 1" in render()

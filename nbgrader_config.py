@@ -10,6 +10,7 @@ HWOPT_GRADER_SECRET_FILE (default ~/.config/hwopt/grader-secret, made by `python
 secret`),
 HWOPT_GRADER_TIMEOUT_S (per cell, default 60), HWOPT_GRADER_MEMORY_GB (per kernel, default 4),
 HWOPT_GRADER_CPU_S (CPU seconds per kernel process, default 600), HWOPT_GRADER_MAX_PROCESSES (default 256),
+HWOPT_GRADER_THREADS (threads of torch, numpy and MKL in each kernel, default 1),
 HWOPT_GRADER_UNSANDBOXED=1 (grade without a sandbox where none can start; the report flags it),
 HWOPT_GRADER_DB_URL (the gradebook's SQLAlchemy URL, default SQLite in gradebook.db; parallel graders need a
 server: postgresql://user@host/db).

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import samples  # noqa: E402
 
-from hwopt.course.grading import judge, sandbox  # noqa: E402
+from hwopt.course.grading import judge, kernel, sandbox  # noqa: E402
 from hwopt.course.grading.notebooks import HIDDEN_BEGIN, HIDDEN_END  # noqa: E402
 
 # nbgrader log lines worth a note in the report: (pattern, note)
@@ -276,10 +276,15 @@ def write_report(rows: list[Row], path: Path) -> Path:
 
 
 def ready_to_grade() -> str | None:
-    """Stop (SystemExit naming what is missing) without a secret or a sandbox; a note when unsandboxed."""
+    """Stop (SystemExit naming what is missing or wrong) without a secret or a sandbox, or with a kernel
+    setting (limits, threads) that is not valid; a note when unsandboxed."""
     try:
         judge.load_secret()
     except judge.MissingSecret as err:
+        raise SystemExit(str(err)) from None
+    try:
+        kernel.check_environment()
+    except ValueError as err:
         raise SystemExit(str(err)) from None
     reason = sandbox.why_unavailable()
     if reason and not sandbox.unsandboxed_allowed():

@@ -1,4 +1,4 @@
-"""course.grading.kernel: the grading kernel's resource limits, read from the environment."""
+"""course.grading.kernel: the grading kernel's resource limits and threads, read from the environment."""
 
 import subprocess
 import sys
@@ -55,3 +55,24 @@ def test_set_limits_on_macos_skips_the_address_space_limit_and_says_so(monkeypat
 def test_set_limits_without_the_resource_module_windows_says_so(monkeypatch):
     monkeypatch.setitem(sys.modules, "resource", None)  # `import resource` raises ImportError, as on Windows
     assert kernel.set_limits({}) == ["no resource limits on this operating system"]
+
+
+def test_threads_come_from_the_environment_for_every_numeric_library():
+    assert kernel.thread_environment({}) == {name: "1" for name in kernel.THREAD_VARIABLES}
+    assert kernel.thread_environment({"HWOPT_GRADER_THREADS": ""}) == kernel.thread_environment({})
+    assert kernel.thread_environment({"HWOPT_GRADER_THREADS": " 4 "})["OMP_NUM_THREADS"] == "4"
+    assert set(kernel.THREAD_VARIABLES) >= {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"}
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "2.5", "two", "1e3"])
+def test_a_bad_thread_count_names_its_variable(bad):
+    with pytest.raises(ValueError, match="HWOPT_GRADER_THREADS must be a positive whole number"):
+        kernel.thread_environment({"HWOPT_GRADER_THREADS": bad})
+
+
+@pytest.mark.parametrize("variable", ["HWOPT_GRADER_MEMORY_GB", "HWOPT_GRADER_CPU_S",
+                                      "HWOPT_GRADER_MAX_PROCESSES", "HWOPT_GRADER_THREADS"])
+def test_check_environment_names_the_first_bad_setting(variable):
+    kernel.check_environment({})
+    with pytest.raises(ValueError, match=variable):
+        kernel.check_environment({variable: "0"})

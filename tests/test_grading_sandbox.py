@@ -149,6 +149,20 @@ print(children)""").split()
     assert 0 < int(got[3]) < 64, "a fork bomb stops at the process limit"
 
 
+def test_the_kernel_computes_with_the_graders_thread_setting_not_its_environment(course, grading_sandbox):
+    """A Dask worker's environment says one thread, a shell's nothing or anything: kernels do not care."""
+    code = ("import json, os, torch\n"
+            "print(json.dumps([torch.get_num_threads(), os.environ['OPENBLAS_NUM_THREADS']]))")
+    folder = course / "autograded" / "ada" / "a"
+    for env, expected in (({"OMP_NUM_THREADS": "2", "HWOPT_GRADER_THREADS": ""}, [1, "1"]),
+                          ({"OMP_NUM_THREADS": "1", "HWOPT_GRADER_THREADS": "2"}, [2, "2"])):
+        k = Kernel(folder, **env)
+        try:
+            assert json.loads(k.run(code)) == expected, env
+        finally:
+            k.close()
+
+
 # A student's folder may hold anything, this too: a launcher of the toolkit's name that sets no limits.
 UNLIMITED_LAUNCHER = """import sys
 from ipykernel import kernelapp

@@ -2,7 +2,8 @@
 
 An LMS zip (Canvas-style names, one file downloaded from Colab and renamed by the browser) goes through
 db student import, zip_collect, autograde, generate_feedback and export; a student who signals the grading
-process does not stop the batch; without the instructor secret, autograde grades nobody.
+process does not stop the batch; without the instructor secret, or with a kernel setting that is not valid,
+autograde grades nobody and says why.
 """
 
 import csv
@@ -24,11 +25,14 @@ import samples  # noqa: E402
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grading_sandbox")]
 
 
-def nbgrader(course: Path, *args: str, secret: str | None = "workflow test", check: bool = True) -> str:
-    """Run one nbgrader command from the repository root against the course folder; return its output."""
+def nbgrader(course: Path, *args: str, secret: str | None = "workflow test", check: bool = True,
+             **settings: str) -> str:
+    """Run one nbgrader command from the repository root against the course folder (settings: more
+    environment variables); return its output."""
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-           "HWOPT_GRADER_TIMEOUT_S": "10", "HWOPT_GRADER_SECRET_FILE": str(course / "no-secret-file")}
+           "HWOPT_GRADER_TIMEOUT_S": "10", "HWOPT_GRADER_SECRET_FILE": str(course / "no-secret-file"),
+           **settings}
     env.pop("HWOPT_GRADER_SECRET", None)
     if secret:
         env["HWOPT_GRADER_SECRET"] = secret
@@ -92,3 +96,16 @@ def test_autograde_without_the_instructor_secret_grades_nobody(tmp_path):
     log = nbgrader(course, "autograde", "batching", secret=None, check=False)
     assert "No grading secret" in log and "python -m hwopt.course.grading secret" in log
     assert not (course / "autograded" / "ada" / "batching" / "batching.ipynb").exists()
+
+
+def test_a_bad_kernel_setting_stops_grading_and_is_named(tmp_path, monkeypatch):
+    course = grade_class.prepare_course(tmp_path / "course")
+    nbgrader(course, "generate_assignment", "batching")
+    samples.write_submissions(course / "submitted", {"ada": "correct"}, targets_only=False)
+    log = nbgrader(course, "autograde", "batching", check=False, HWOPT_GRADER_THREADS="two")
+    assert "HWOPT_GRADER_THREADS must be a positive whole number of threads; got 'two'" in log
+    assert not (course / "autograded" / "ada" / "batching" / "batching.ipynb").exists()
+    monkeypatch.setenv("HWOPT_GRADER_SECRET", "workflow test")
+    monkeypatch.setenv("HWOPT_GRADER_MEMORY_GB", "-1")
+    with pytest.raises(SystemExit, match="HWOPT_GRADER_MEMORY_GB must be a positive finite number"):
+        grade_class.grade_class(course, assignments=["batching"], log=lambda *_: None)

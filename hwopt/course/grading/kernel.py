@@ -9,6 +9,11 @@ kernel. Each limit comes from an environment variable the grader sets:
 HWOPT_GRADER_MEMORY_GB (address space, GiB), HWOPT_GRADER_CPU_S (CPU seconds per process) and
 HWOPT_GRADER_MAX_PROCESSES (processes and threads of the sandbox's user). An operating system that refuses a
 limit (macOS refuses RLIMIT_AS) gets a line on stderr and the other limits.
+
+HWOPT_GRADER_THREADS (default 1) sets the thread pools of the numeric libraries (OpenMP: torch; OpenBLAS:
+numpy; MKL) before any of them loads. Every kernel computes with the same number of threads however the
+class is graded (serially, or by workers whose environment Dask sets to one thread), so a submission's
+values do not depend on it; and one thread per kernel is what a core per grading worker gives anyway.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ LIMITS = {
     "RLIMIT_CPU": ("HWOPT_GRADER_CPU_S", DEFAULT_CPU_S, 1),
     "RLIMIT_NPROC": ("HWOPT_GRADER_MAX_PROCESSES", DEFAULT_MAX_PROCESSES, 1),
 }
+THREADS_ENV = "HWOPT_GRADER_THREADS"
+DEFAULT_THREADS = 1
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")  # read when a library loads
 
 
 def limit_value(name: str, environ=os.environ) -> int:
@@ -42,6 +50,25 @@ def limit_value(name: str, environ=os.environ) -> int:
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{variable} must be a positive finite number; got {text!r}")
     return int(value * unit)
+
+
+def thread_environment(environ=os.environ) -> dict[str, str]:
+    """THREAD_VARIABLES, each set to HWOPT_GRADER_THREADS (default 1): the kernel's threads per library."""
+    text = environ.get(THREADS_ENV, "").strip()
+    if not text:
+        count = DEFAULT_THREADS
+    elif text.isdigit() and int(text) > 0:
+        count = int(text)
+    else:
+        raise ValueError(f"{THREADS_ENV} must be a positive whole number of threads; got {text!r}")
+    return {name: str(count) for name in THREAD_VARIABLES}
+
+
+def check_environment(environ=os.environ) -> None:
+    """Raise ValueError naming the first grading-kernel variable (limits, threads) that is not valid."""
+    for name in LIMITS:
+        limit_value(name, environ)
+    thread_environment(environ)
 
 
 def set_limits(environ=os.environ) -> list[str]:
@@ -71,9 +98,10 @@ BLOCKED_IMPORTS = ("debugpy",)
 
 
 def launch(argv: list[str]) -> None:
-    """Set the limits, then become an ipykernel in this process (one interpreter start, not two)."""
+    """Set the limits and threads, then become an ipykernel in this process (one interpreter start)."""
     for note in set_limits():
         print(f"hwopt grading kernel: {note}", file=sys.stderr)
+    os.environ.update(thread_environment())  # before ipykernel, or a student's code, loads any of them
     for name in BLOCKED_IMPORTS:
         sys.modules[name] = None  # `import debugpy` raises ImportError: ipykernel then runs without it
     from ipykernel import kernelapp

@@ -29,7 +29,7 @@ from nbgrader.plugins import FileNameCollectorPlugin
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Integer
 
-from hwopt.course.grading import collect, judge
+from hwopt.course.grading import collect, judge, kernel
 from hwopt.course.grading.notebooks import normalise_notebook_name, normalise_source, strip_hidden_tests
 from hwopt.course.grading.reference import Reference, grade_id
 from hwopt.course.grading.sandbox import SandboxedKernelManager
@@ -141,6 +141,7 @@ class JudgedExecute(Execute):
         info = resources["nbgrader"]
         self._who = {key: info[key] for key in ("assignment", "notebook", "student")}
         self._secret = judge.load_secret()  # no secret, no grading: MissingSecret says how to make one
+        kernel.check_environment()  # a bad HWOPT_GRADER_* setting: named here, not by a kernel dying
         coursedir = CourseDirectory(config=self.config)
         source = Path(coursedir.format_path(coursedir.source_directory, ".", info["assignment"]))
         self._reference = load_reference(source / f"{info['notebook']}.ipynb")

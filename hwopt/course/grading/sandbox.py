@@ -34,9 +34,10 @@ UNSANDBOXED_ENV = "HWOPT_GRADER_UNSANDBOXED"
 # (systemd's UIDS-GIDS.md: unused); adding a pid (at most 2**22, the kernel's pid_max limit) stays inside it.
 SANDBOX_UID_BASE = 0x70000000
 # Variables the kernel inherits (everything else, the instructor secret included, stays outside).
-KEPT_ENV = ("LANG", "LC_ALL", "TZ", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+KEPT_ENV = ("LANG", "LC_ALL", "TZ", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
             "PYTHONWARNINGS", "MPLBACKEND",  # from the kernelspec
-            "HWOPT_GRADER_MEMORY_GB", "HWOPT_GRADER_CPU_S", "HWOPT_GRADER_MAX_PROCESSES")
+            "HWOPT_GRADER_MEMORY_GB", "HWOPT_GRADER_CPU_S", "HWOPT_GRADER_MAX_PROCESSES",
+            "HWOPT_GRADER_THREADS")  # the kernel launcher sets OMP_NUM_THREADS and the like from it
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "fonts", "localtime", "passwd", "group",
              "nsswitch.conf", "mime.types", "ssl/openssl.cnf")
 INSTALL_HINT = "install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"

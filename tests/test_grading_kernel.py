@@ -64,7 +64,7 @@ def test_threads_come_from_the_environment_for_every_numeric_library():
     assert set(kernel.THREAD_VARIABLES) >= {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"}
 
 
-@pytest.mark.parametrize("bad", ["0", "-2", "2.5", "two", "1e3"])
+@pytest.mark.parametrize("bad", ["0", "-2", "2.5", "two", "1e3", "²"])
 def test_a_bad_thread_count_names_its_variable(bad):
     with pytest.raises(ValueError, match="HWOPT_GRADER_THREADS must be a positive whole number"):
         kernel.thread_environment({"HWOPT_GRADER_THREADS": bad})

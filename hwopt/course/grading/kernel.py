@@ -57,7 +57,7 @@ def thread_environment(environ=os.environ) -> dict[str, str]:
     text = environ.get(THREADS_ENV, "").strip()
     if not text:
         count = DEFAULT_THREADS
-    elif text.isdigit() and int(text) > 0:
+    elif text.isascii() and text.isdigit() and int(text) > 0:  # not "²", which int() refuses
         count = int(text)
     else:
         raise ValueError(f"{THREADS_ENV} must be a positive whole number of threads; got {text!r}")

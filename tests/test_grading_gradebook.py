@@ -114,3 +114,29 @@ def test_kept_connections_give_every_gradebook_of_a_url_one_engine_for_the_block
     with gradebook.kept_connections(), api.Gradebook(url) as gb:
         assert gb.engine is not first and gb.find_student  # its tables made again
         assert [s.id for s in gb.students] == []
+
+
+def test_a_psycopg_connection_plans_each_query_once_keeping_the_urls_own_options():
+    plan_once = {"prepare_threshold": 0, "options": gradebook.GENERIC_PLANS}
+    assert gradebook.connect_args("postgresql://grader@db.example.org/hwopt") == plan_once
+    assert gradebook.connect_args("postgresql+psycopg://grader@127.0.0.1/hwopt?sslmode=require") == plan_once
+    mine = gradebook.connect_args("postgresql+psycopg://grader@127.0.0.1/hwopt?options=-c%20work_mem%3D8MB")
+    assert mine["options"] == f"-c work_mem=8MB {gradebook.GENERIC_PLANS}"
+    for elsewhere in ("sqlite:///gradebook.db", "postgresql+psycopg2://grader@127.0.0.1/hwopt"):
+        assert gradebook.connect_args(elsewhere) == {}
+
+
+@pytest.mark.slow
+def test_kept_connections_to_a_server_plan_each_query_once(postgres_url, tmp_path, monkeypatch):
+    import nbgrader.api as api
+    from sqlalchemy import text
+
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")
+    with gradebook.kept_connections(), api.Gradebook(postgres_url) as gb:
+        gb.add_student("ada")
+        assert gb.db.execute(text("SHOW plan_cache_mode")).scalar() == "force_generic_plan"
+        assert gb.db.connection().connection.dbapi_connection.prepare_threshold == 0
+        for _ in range(3):  # prepared at its first run, planned once, the same row each time
+            assert gb.find_student("ada").id == "ada"
+    with api.Gradebook(postgres_url) as gb:  # outside the block: nbgrader's own engine, the server's setting
+        assert gb.db.execute(text("SHOW plan_cache_mode")).scalar() == "auto"

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import zmq
 from jupyter_client.kernelspec import KernelSpecManager
 
 from hwopt.course.grading import sandbox
@@ -342,10 +343,13 @@ def test_killing_a_kernel_ends_every_process_of_its_sandbox(course, grading_sand
 
 
 def test_the_grading_client_is_ready_once_iopub_answers(course, grading_sandbox):
-    """Ready: the kernel_info reply and one IOPub message; no wait for IOPub to fall silent (0.2 s each)."""
+    """Ready: the kernel_info reply and one IOPub message; no wait for IOPub to fall silent (0.2 s each), and
+    none for zmq's next try (0.1 s) to reach the kernel's sockets once they are there."""
     k = Kernel(course / "autograded" / "ada" / "a")  # its own: the module's kernel has forked to its limit
     try:
         assert isinstance(k.kc, sandbox.PromptKernelClient)
+        for channel in (k.kc.shell_channel, k.kc.iopub_channel):  # a starting kernel is found within 10 ms
+            assert channel.socket.getsockopt(zmq.RECONNECT_IVL) == round(sandbox.RECONNECT_S * 1000) == 10
         reads = []
         get_msg = k.kc.iopub_channel.get_msg
 

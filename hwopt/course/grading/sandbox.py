@@ -174,11 +174,13 @@ def hand_to_sandbox_user(run_dir: Path, uid: int | None = None) -> None:
 
 # ---- the kernel manager nbclient uses for grading (JudgedExecute selects it) ---------------------------
 
+import zmq.asyncio  # noqa: E402
 from jupyter_client.asynchronous import AsyncKernelClient  # noqa: E402
 from jupyter_client.manager import AsyncKernelManager  # noqa: E402
 from traitlets import Bool, Integer, Type, default  # noqa: E402
 
 IOPUB_CONNECTED_S = 0.2  # after the kernel_info reply: how long a client waits for IOPub's first message
+RECONNECT_S = 0.01  # how often a client's socket tries again to reach a kernel still starting (zmq: 0.1 s)
 EXIT_POLL_S = 0.005  # how often the manager looks whether a killed kernel is gone (jupyter_client: 0.1 s)
 
 
@@ -187,8 +189,15 @@ class PromptKernelClient(AsyncKernelClient):
 
     jupyter_client's wait_for_ready then reads IOPub until it has been silent for 0.2 s: a fixed 0.2 s, with
     no core working, for every kernel a grader starts (about an eighth of grading a notebook). Nothing needs
-    that flush: nbclient reads only the IOPub messages whose parent is one of its own requests.
+    that flush: nbclient reads only the IOPub messages whose parent is one of its own requests. Its sockets
+    connect before the kernel has bound its own, and zmq tries again only every 0.1 s: a kernel that has
+    started waited up to that long for its first request, and again for IOPub, with no core working.
     """
+
+    def _context_default(self) -> zmq.asyncio.Context:
+        context = super()._context_default()  # the client's own (it never takes one passed in here)
+        context.setsockopt(zmq.RECONNECT_IVL, round(RECONNECT_S * 1000))  # for every socket it makes
+        return context
 
     async def _async_wait_for_ready(self, timeout: float | None = None) -> None:
         deadline = time.monotonic() + (math.inf if timeout is None else timeout)

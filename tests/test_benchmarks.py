@@ -508,6 +508,42 @@ def test_per_item_divides_each_repeat_by_the_items_per_call():
         effects.per_item(m("b", [1.0]), 0)
 
 
+def test_rows_timing_weights_that_fit_in_the_cache_give_no_verdict_on_memory(monkeypatch):
+    monkeypatch.setattr(effects, "_llc_bytes", lambda: 480 * 2**20)  # a server's cache: the lesson's cap wins
+    why = effects.in_cache(84e6, 1.5)
+    assert "no verdict on memory" in why and "(84 MB)" in why and "(480 MiB)" in why
+    monkeypatch.setattr(effects, "_llc_bytes", lambda: 32 * 2**20)  # 84 MB is 2.5x this cache
+    assert effects.in_cache(84e6, 1.5) == ""
+    # the row: measured and shown, but "not available" as a verdict, saying why
+    monkeypatch.setattr(effects, "stream_triad_gbs", lambda quick: 10.0)
+    monkeypatch.setattr(effects.bench, "compare", lambda fns, **kw: {k: m(k, [0.1, 0.1]) for k in fns})
+    rows = [effects.AgainstStream("cached", 0.5, ["a"], in_cache="no verdict on memory: why"),
+            effects.AgainstStream("from memory", 0.5, ["a"])]
+    setup = effects.Setup({"a": lambda: None}, [], against_stream=rows, bytes_moved={"a": 1e9})
+    _, lines = effects.run_against_stream(setup, rounds=2, quick=True)
+    assert [r["ratio"] for r in lines] == [pytest.approx(1.0)] * 2
+    assert [r["verdict"] for r in lines] == [report.UNAVAILABLE, report.MEETS]
+    assert lines[0]["note"].startswith("no verdict on memory: why")
+
+
+def test_where_the_lessons_stack_fits_in_the_cache_the_c_kernel_is_timed_on_a_stack_twice_the_cache(
+        monkeypatch):
+    from hwopt.experiments import decode, lowbit_gemv
+
+    if reason := lowbit_gemv.unavailable_reason():
+        pytest.skip(f"no C kernel here: {reason}")
+    monkeypatch.setattr(effects, "_llc_bytes", lambda: 2**20)
+    for precision in ("fp32", "int4"):
+        path, moved = effects.from_memory_path(decode, 256, precision)
+        assert path.precision == precision and path.weight_bytes >= 2 * 2**20
+        n_layers = int(path.label.rsplit(", ", 1)[1].split()[0])
+        assert path.weight_bytes == pytest.approx(n_layers * 256 * 256 * path.bytes_per_weight)
+        assert moved == path.weight_bytes + 2 * 4 * 256 * n_layers  # and each layer's input and output
+        assert path.fn().shape == (256,)
+    monkeypatch.setattr(lowbit_gemv, "unavailable_reason", lambda: "no C compiler")
+    assert effects.from_memory_path(decode, 256, "int8") is None
+
+
 def test_stream_arrays_are_sized_from_the_toolkits_cache_reader():
     assert fidelity.stream_array_bytes(False, 32 * 2**20) == 8 * 32 * 2**20
     assert fidelity.stream_array_bytes(True, 2**20) == 128 * fidelity.MB  # at least 128 MB

@@ -21,6 +21,8 @@ from hwopt import arguments, formats
 from hwopt.experiments import lowbit_gemv, ort
 from hwopt.machine import bench
 
+CACHE_MARGIN = 1.5  # a copy of the weights this many times the last-level cache is timed from memory
+
 # Stated tolerances: relative L2 error of the stack's output vs the fp32 oracle (4 layers, random weights).
 TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "int8": 0.05, "int4": 0.25}
 

@@ -48,8 +48,7 @@ class AgainstStream:
     candidates: list[str]
     note: str = ""
     unit: str = "GB/s"
-    in_cache: str = ""  # set (why): the weights partly fit in the cache, so the ratio is no verdict on memory
-    # (the note starts with it)
+    in_cache: str = ""  # why the weights partly fit in the cache: then no verdict on memory (note says it)
 
 
 @dataclass
@@ -124,14 +123,14 @@ def setup_decode(quick: bool) -> Setup:
                "read-only stream can pass 1.0, up to 4/3: STREAM counts 3 arrays, but writing `a` first "
                "reads it into the cache (write-allocate)")
     stream_note = f"decode: {n_layers} layers of {d_model}x{d_model}; {counted}"
-    vs_stream, moved = [], {}
+    vs_stream, moved_from_memory = [], {}
     for (name, goal), prec in zip(DECODE_VS_STREAM, ("fp32", "int8", "int4"), strict=True):
         cached = in_cache(min(paths[k].weight_bytes for k in by[prec]), decode.CACHE_MARGIN)
         big = from_memory_path(decode, d_model, prec) if cached else None
         if big is None:  # the lesson's stack streams from memory (or no C kernel: the row says why not)
             vs_stream.append(AgainstStream(name, goal, by[prec], stream_note, in_cache=cached))
             continue
-        path, moved[path.label] = big
+        path, moved_from_memory[path.label] = big
         paths[path.label] = path
         vs_stream.append(AgainstStream(name, goal, [path.label], (
             f"the lesson's copies fit in this last-level cache ({_llc_bytes() / 2**20:,.0f} MiB), so this "
@@ -145,7 +144,7 @@ def setup_decode(quick: bool) -> Setup:
                                 "AVX2-only CPU, on this CPU's memory",
                                 in_cache=in_cache(p.weight_bytes, decode.CACHE_MARGIN))
                   for label, p in baseline.items()]
-    moved = {k: p.weight_bytes + decode.activation_bytes(stack) for k, p in paths.items()} | moved
+    moved = {k: p.weight_bytes + decode.activation_bytes(stack) for k, p in paths.items()} | moved_from_memory
     return Setup({k: p.fn for k, p in paths.items()}, rows, settle_s=decode.SETTLE_S,
                  against_stream=vs_stream, bytes_moved=moved)
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import skip_outside_ci
+
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 LEFT_BEHIND_PATTERN = "hwopt-*"  # what the toolkit names its temporary folders
@@ -42,13 +44,6 @@ def pytest_sessionfinish(session, exitstatus):
             reporter.write_line(f"ERROR: {message}", red=True, bold=True)
         if session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def skip_outside_ci(reason: str) -> None:
-    """Skip the test for reason; in CI (CI=true), where `make test` installs what is missing, fail instead."""
-    if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
-        pytest.fail(f"{reason} (CI must run this test)")
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

@@ -268,9 +268,8 @@ def test_the_parallel_goal_says_why_it_was_not_measured():
 
 
 def test_the_parallel_goal_grades_rounds_on_a_cluster_started_with_the_secret(no_secret):
-    from conftest import skip_outside_ci
-
     from hwopt.course.grading import gradebook
+    from tests.support import skip_outside_ci
 
     if gradebook.why_no_server():
         skip_outside_ci(gradebook.why_no_server())

@@ -303,7 +303,7 @@ def test_the_grading_kernelspec_launches_this_environments_interpreter(monkeypat
 
 
 def test_without_a_sandbox_grading_tests_skip_saying_so_but_fail_in_ci(monkeypatch):
-    from conftest import skip_outside_ci
+    from tests.support import skip_outside_ci
 
     monkeypatch.delenv("CI", raising=False)
     with pytest.raises(pytest.skip.Exception, match="needs bubblewrap"):

@@ -158,7 +158,7 @@ def from_memory_path(decode, d_model: int, precision: str):
     (its DecodePath, bytes moved per step); None without the kernel. The kernel is checked against the float64
     oracle on the stack's first CHECKED_LAYERS layers, within the lesson's tolerance (stated for 4 layers)."""
     from hwopt import formats
-    from hwopt.experiments import lowbit_gemv
+    from hwopt.kernels import lowbit_gemv
 
     if lowbit_gemv.unavailable_reason() is not None:
         return None
@@ -186,7 +186,7 @@ def in_cache(weight_bytes: float, margin: float) -> str:
 def avx2_paths(stack, paths: dict) -> dict:
     """The C kernel's paths (paths' '<precision> C kernel') rebuilt for AVX2 + FMA only, labelled '... (AVX2
     path)', where this CPU builds a wider path and can run AVX2; else none."""
-    from hwopt.experiments import lowbit_gemv
+    from hwopt.kernels import lowbit_gemv
 
     c_paths = {k: p for k, p in paths.items() if k.endswith(" C kernel")}
     if not c_paths or lowbit_gemv.kernel_path() == "avx2" or "avx2" not in lowbit_gemv.runnable_paths():
@@ -200,14 +200,14 @@ def avx2_paths(stack, paths: dict) -> dict:
 def setup_tiny_decoder(quick: bool) -> Setup:
     """Lesson 2: the tiny decoder's measured tokens/s against its bandwidth bound (weights + KV per token),
     its single-token steps in the C kernel (where it builds) and, for comparison, in torch."""
-    td = need("experiments.tiny_decoder", "make_tiny_decoder", "decode_steps", "decode_bytes_read",
-              "gemvs_alone")
+    td = need("models.tiny_decoder", "make_tiny_decoder", "weight_bytes_per_token")
+    speed = need("experiments.decode_speed", "decode_steps", "decode_bytes_read", "gemvs_alone")
     decode = need("experiments.decode", "SETTLE_S", "CACHE_MARGIN")
     model = td.make_tiny_decoder()
     prompt_len, new_tokens = 16, 16
     fns = {}
     for label, kernel in (("tiny decoder", "auto"), ("tiny decoder, torch GEMVs", "torch")):
-        steps = td.decode_steps(model, prompt_len, new_tokens)
+        steps = speed.decode_steps(model, prompt_len, new_tokens)
 
         def run(steps=steps, kernel=kernel):
             model.kernel = kernel
@@ -215,16 +215,16 @@ def setup_tiny_decoder(quick: bool) -> Setup:
 
         fns[label] = run
     model.kernel = "auto"
-    alone = td.gemvs_alone(model, new_tokens - 1)
+    alone = speed.gemvs_alone(model, new_tokens - 1)
 
     def gemvs():
         model.kernel = "auto"  # as the first row's decoder runs them
         return alone()
 
     fns["GEMVs alone"] = gemvs
-    moved = td.decode_bytes_read(model, prompt_len, new_tokens)
+    moved = speed.decode_bytes_read(model, prompt_len, new_tokens)
     weights_mb = td.weight_bytes_per_token(model) / 1e6
-    note = (f"hwopt.experiments.tiny_decoder.make_tiny_decoder(): {weights_mb:,.0f} MB of fp32 weights per "
+    note = (f"hwopt.models.tiny_decoder.make_tiny_decoder(): {weights_mb:,.0f} MB of fp32 weights per "
             f"token (last-level cache {_llc_bytes() / 2**20:,.0f} MiB), "
             f"{new_tokens - 1} steps after a {prompt_len}-token prompt; bound = STREAM Triad / (weights + KV "
             "bytes per token)")
@@ -265,8 +265,8 @@ def setup_batching(quick: bool) -> Setup:
 
 def setup_ort(quick: bool) -> Setup:
     """Lesson 5: the digits classifier at batch 1 in ONNX Runtime (all graph optimizations) vs torch eager."""
-    classifier = need("experiments.classifier", "make_mlp", "N_FEATURES")
-    ort = need("experiments.ort", "export_onnx", "make_session", "Predictor")
+    classifier = need("models.classifier", "make_mlp", "N_FEATURES")
+    ort = need("kernels.ort", "export_onnx", "make_session", "Predictor")
     import torch
 
     model = classifier.make_mlp().eval()
@@ -279,7 +279,7 @@ def setup_ort(quick: bool) -> Setup:
             return model(x)
 
     (name, goal), = ORT
-    note = ("hwopt.experiments.classifier.make_mlp() exported with hwopt.experiments.ort.export_onnx; "
+    note = ("hwopt.models.classifier.make_mlp() exported with hwopt.kernels.ort.export_onnx; "
             "ORT opt_level 'all', 1 thread")
     return Setup({"torch eager": eager, "ORT": lambda: predictor(x_np)},
                  [Comparison(name, goal, ["torch eager"], ["ORT"], note)])
@@ -299,7 +299,7 @@ def setup_fusion(quick: bool) -> Setup:
         compiled(*args)  # the first call compiles (seconds); the lesson shows that time separately
     fns = {"torch eager": lambda: fusion.chain(*args), "torch.compile": lambda: compiled(*args)}
     try:
-        ort = need("experiments.ort", "export_onnx", "make_session", "run")
+        ort = need("kernels.ort", "export_onnx", "make_session", "run")
         module = fusion.Chain(inputs["bias"], inputs["scale"])
         session = ort.make_session(ort.export_onnx(module, (inputs["x"][:2], inputs["residual"][:2])),
                                    threads=torch.get_num_threads())
@@ -335,7 +335,7 @@ def setup_profiling(quick: bool) -> Setup:
 def setup_phases(quick: bool) -> Setup:
     """Lesson 8: tokens/s of a prefill of 256 tokens vs a decode step after it (the tiny decoder, batch 1)."""
     prefill_decode = need("experiments.prefill_decode", "phase_steps")
-    tiny_decoder = need("experiments.tiny_decoder", "make_tiny_decoder")
+    tiny_decoder = need("models.tiny_decoder", "make_tiny_decoder")
     prompt = 256
     fns = prefill_decode.phase_steps(tiny_decoder.make_tiny_decoder(), (prompt,))
     (name, goal), = PHASES
@@ -351,7 +351,7 @@ def setup_kv_bound(quick: bool) -> Setup:
     the slowdown predicted from the bytes moved."""
     prefill_decode = need("experiments.prefill_decode", "context_steps", "predicted_slowdowns",
                           "batch_for_kv_share")
-    tiny_decoder = need("experiments.tiny_decoder", "make_tiny_decoder")
+    tiny_decoder = need("models.tiny_decoder", "make_tiny_decoder")
     model = tiny_decoder.make_tiny_decoder()
     contexts = (16, 448)
     batch = prefill_decode.batch_for_kv_share(model, contexts[-1])
@@ -384,30 +384,30 @@ def setup_attention(quick: bool) -> Setup:
 def setup_speculative(quick: bool) -> Setup:
     """Lesson 10: speculative decoding's speedup predicted from the measured acceptance and step costs
     (E / (v + k c)) over the speedup measured against plain greedy decoding, as the lesson builds them."""
-    speculative = need("experiments.speculative", "make_draft_and_target", "checked_run",
+    speculative_decoding = need("experiments.speculative_decoding", "make_draft_and_target", "checked_run",
                        "measure_step_costs", "random_prompt", "speculative_generate", "DECODE_THREADS")
     cost = need("cost.speculative", "predicted_speedup")
-    td = need("experiments.tiny_decoder", "generate")
-    draft, target = speculative.make_draft_and_target(difference=0.3)
-    prompt = speculative.random_prompt(target.tok.num_embeddings)
+    td = need("models.tiny_decoder", "generate")
+    draft, target = speculative_decoding.make_draft_and_target(difference=0.3)
+    prompt = speculative_decoding.random_prompt(target.tok.num_embeddings)
     k, new_tokens = 4, 32
-    run, same = speculative.checked_run(draft, target, prompt, new_tokens, k)
+    run, same = speculative_decoding.checked_run(draft, target, prompt, new_tokens, k)
     if not same:
         raise ValueError("speculative decoding's tokens differ from the target's greedy tokens")
-    costs = speculative.measure_step_costs(draft, target, k)
+    costs = speculative_decoding.measure_step_costs(draft, target, k)
     predicted = cost.predicted_speedup(run.acceptance, k, costs.cost_ratio, costs.verify_ratio)
 
     def on_threads(fn):
         def call():
-            with bench.threads(speculative.DECODE_THREADS):
+            with bench.threads(speculative_decoding.DECODE_THREADS):
                 return fn()
         return call
 
     fns = {"target greedy": on_threads(lambda: td.generate(target, prompt, new_tokens)),
-           "speculative": on_threads(lambda: speculative.speculative_generate(draft, target, prompt,
+           "speculative": on_threads(lambda: speculative_decoding.speculative_generate(draft, target, prompt,
                                                                                new_tokens, k))}
     (name, goal), = SPECULATIVE
-    note = (f"hwopt.experiments.speculative, difference 0.3, k = {k}, {new_tokens} tokens: measured "
+    note = (f"hwopt.experiments.speculative_decoding, difference 0.3, k = {k}, {new_tokens} tokens: measured "
             f"acceptance {run.acceptance:.2f}, c = {costs.cost_ratio:.2f}, v = {costs.verify_ratio:.2f}; "
             f"predicted E / (v + k c) = {predicted:.2f}x (E / (1 + k c) = "
             f"{cost.predicted_speedup(run.acceptance, k, costs.cost_ratio):.2f}x)")

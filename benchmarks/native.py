@@ -7,8 +7,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from hwopt.experiments.lowbit_gemv import KernelUnavailable
-from hwopt.experiments.lowbit_gemv import find_compiler as find_c_compiler
+from hwopt.kernels.lowbit_gemv import KernelUnavailable
+from hwopt.kernels.lowbit_gemv import find_compiler as find_c_compiler
 
 HERE = Path(__file__).resolve().parent
 CFLAGS = ("-O3", "-march=native", "-fopenmp")

@@ -28,7 +28,7 @@ def left_behind(folder: Path = SESSION_TMP) -> list[str]:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    from hwopt.experiments import ort
+    from hwopt.kernels import ort
 
     # Lesson kernels are killed when nbval is done with them (no exit handlers run): their ONNX folders are
     # removed the way the toolkit removes a killed kernel's folders on a learner's machine, by the next use.

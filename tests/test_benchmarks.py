@@ -527,7 +527,8 @@ def test_rows_timing_weights_that_fit_in_the_cache_give_no_verdict_on_memory(mon
 
 def test_where_the_lessons_stack_fits_in_the_cache_the_c_kernel_is_timed_on_a_stack_twice_the_cache(
         monkeypatch):
-    from hwopt.experiments import decode, lowbit_gemv
+    from hwopt.experiments import decode
+    from hwopt.kernels import lowbit_gemv
 
     if reason := lowbit_gemv.unavailable_reason():
         pytest.skip(f"no C kernel here: {reason}")
@@ -819,7 +820,8 @@ def test_quick_mode_runs_the_assignments_and_skips_the_lessons(monkeypatch, tmp_
 def test_the_c_kernels_avx2_path_is_timed_where_this_cpu_builds_a_wider_one():
     import numpy as np
 
-    from hwopt.experiments import decode, lowbit_gemv
+    from hwopt.experiments import decode
+    from hwopt.kernels import lowbit_gemv
 
     if lowbit_gemv.unavailable_reason():
         pytest.skip(f"the C kernel does not build here: {lowbit_gemv.unavailable_reason()}")

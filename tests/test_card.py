@@ -8,7 +8,7 @@ import types
 import pytest
 
 from hwopt import __main__ as cli
-from hwopt.cost import roofline
+from hwopt import roofline
 from hwopt.machine import card as card_module
 from hwopt.machine import hardware, specs
 from hwopt.machine.card import machine_card

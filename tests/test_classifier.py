@@ -1,4 +1,4 @@
-"""experiments.classifier: digits load without downloads, the MLP learns them, accuracy helpers are exact."""
+"""models.classifier: digits load without downloads, the MLP learns them, accuracy helpers are exact."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from hwopt.experiments import classifier
+from hwopt.models import classifier
 
 
 @pytest.fixture(scope="module")

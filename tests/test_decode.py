@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from hwopt import formats
-from hwopt.experiments import decode, ort
+from hwopt.experiments import decode
+from hwopt.kernels import ort
 from hwopt.machine import bench
 
 pytestmark = pytest.mark.filterwarnings("ignore::hwopt.machine.bench.NoisyMeasurementWarning")
@@ -211,7 +212,7 @@ def test_time_paths_settles_each_path_before_timing_it():
 
 
 def test_decode_paths_include_the_c_kernel_when_it_builds(stack, monkeypatch):
-    from hwopt.experiments import lowbit_gemv
+    from hwopt.kernels import lowbit_gemv
 
     if lowbit_gemv.unavailable_reason() is None:
         paths = decode.decode_paths(stack, threads=1)

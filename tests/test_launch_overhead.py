@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from hwopt.experiments import launch_overhead as lo
-from hwopt.experiments import tiny_decoder as td
 from hwopt.machine import bench
+from hwopt.models import tiny_decoder as td
 
 pytestmark = pytest.mark.filterwarnings("ignore::hwopt.machine.bench.NoisyMeasurementWarning")
 

@@ -1,4 +1,4 @@
-"""experiments.lowbit_gemv: weight layouts by hand; every instruction path of the C kernel this CPU runs
+"""kernels.lowbit_gemv: weight layouts by hand; every instruction path of the C kernel this CPU runs
 (AVX-512 VNNI, AVX-VNNI, AVX2, portable C) vs its numpy model; which path a CPU builds."""
 
 import platform
@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from hwopt import formats
-from hwopt.experiments import decode, lowbit_gemv, tiny_decoder
+from hwopt.experiments import decode
+from hwopt.kernels import lowbit_gemv
 from hwopt.machine import bench
+from hwopt.models import tiny_decoder
 
 REASON = lowbit_gemv.unavailable_reason()
 needs_kernel = pytest.mark.skipif(REASON is not None, reason=f"C kernel unavailable: {REASON}")

@@ -1,4 +1,4 @@
-"""experiments.ort: export, sessions, graph optimization, int8 quantization (checked against the FP32 oracle),
+"""kernels.ort: export, sessions, graph optimization, int8 quantization (checked against the FP32 oracle),
 and the TensorRT / CUDA provider choices (tested without a GPU)."""
 
 from pathlib import Path
@@ -8,8 +8,8 @@ import onnx
 import pytest
 import torch
 
-from hwopt.experiments import classifier
-from hwopt.experiments import ort as hort
+from hwopt.kernels import ort as hort
+from hwopt.models import classifier
 
 
 @pytest.fixture(scope="module")

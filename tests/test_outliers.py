@@ -4,7 +4,8 @@ migration preserves X W^T exactly and fixes them; AWQ's search is never worse th
 import pytest
 import torch
 
-from hwopt.experiments import classifier, fake_quant, outliers
+from hwopt.experiments import fake_quant, outliers
+from hwopt.models import classifier
 
 
 @pytest.fixture(scope="module")

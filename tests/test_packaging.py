@@ -91,7 +91,7 @@ from pathlib import Path
 import hwopt
 from hwopt.cost import footprint
 from hwopt.data import DATA_DIR
-from hwopt.experiments import lowbit_gemv
+from hwopt.kernels import lowbit_gemv
 from hwopt.machine import specs
 print(json.dumps({"hwopt": hwopt.__file__, "data": str(DATA_DIR), "chips": len(specs.load_chips()),
                   "shapes": len(footprint.load_shapes()), "kernel_source": lowbit_gemv.SOURCE.is_file(),

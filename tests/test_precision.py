@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from hwopt import widgets
-from hwopt.experiments import classifier, precision
+from hwopt.experiments import precision
+from hwopt.models import classifier
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ import torch
 
 from hwopt.cost import footprint, phases, serving
 from hwopt.experiments import prefill_decode as pd
-from hwopt.experiments import tiny_decoder as td
 from hwopt.machine import bench
+from hwopt.models import tiny_decoder as td
 
 pytestmark = pytest.mark.filterwarnings("ignore::hwopt.machine.bench.NoisyMeasurementWarning")
 

@@ -6,7 +6,7 @@ import warnings
 import pytest
 import torch
 
-from hwopt.cost import roofline
+from hwopt import roofline
 from hwopt.machine import probe
 
 

@@ -35,27 +35,27 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hwopt
-from hwopt import formats, plots, recordings, widgets
-from hwopt.cost import batching, costs, footprint, paging, phases, roofline, serving
-from hwopt.cost import speculative as speculative_cost
+from hwopt import formats, plots, recordings, roofline, widgets
+from hwopt.cost import batching, costs, footprint, paging, phases, serving, speculative
 from hwopt.experiments import (
     attention,
-    classifier,
     decode,
+    decode_speed,
     fake_quant,
     fusion,
     launch_overhead,
-    lowbit_gemv,
-    ort,
     outliers,
     precision,
     prefill_decode,
     profiling,
     roofline_points,
-    speculative,
-    tiny_decoder,
 )
+from hwopt.experiments import (
+    speculative_decoding as sd,
+)
+from hwopt.kernels import lowbit_gemv, ort
 from hwopt.machine import bench, card, hardware, probe, specs
+from hwopt.models import classifier, tiny_decoder
 
 CALL_LIMIT_S = 2.0  # a bad value must be refused within this time
 VALID_LIMIT_S = 20.0  # the valid call of each function
@@ -521,18 +521,18 @@ SMALL_PAIR = {"vocab_size": 32, "d_model": 16, "draft_layers": 1, "extra_layers"
 
 @functools.cache
 def draft_and_target():
-    return speculative.make_draft_and_target(**SMALL_PAIR)
+    return sd.make_draft_and_target(**SMALL_PAIR)
 
 
 @functools.cache
-def speculative_run() -> speculative.SpeculativeRun:
+def speculative_run() -> sd.SpeculativeRun:
     draft, target = draft_and_target()
-    return speculative.speculative_generate(draft, target, torch.tensor([[1, 2, 3]]), 6, 2)
+    return sd.speculative_generate(draft, target, torch.tensor([[1, 2, 3]]), 6, 2)
 
 
 @functools.cache
-def step_costs() -> speculative.StepCosts:
-    return speculative.StepCosts(*(bench.Measurement(k, (t,) * 3) for k, t in
+def step_costs() -> sd.StepCosts:
+    return sd.StepCosts(*(bench.Measurement(k, (t,) * 3) for k, t in
                                    (("draft", 0.001), ("target", 0.004), ("verify", 0.005))), draft_len=2)
 
 
@@ -576,7 +576,7 @@ VALID: dict[str, Callable[[], Call]] = {
                                          [measurement()], unit="ms", text="label color", signed="x"),
         "finish": lambda: call(plots.finish, plots.axes("x (s)", "y (s)"), legend=True),
     }),
-    **within("cost.roofline", {
+    **within("roofline", {
         "flops_bytes_elementwise": lambda: call(roofline.flops_bytes_elementwise, 1024, n_inputs=2,
                                                 n_outputs=1, flops_per_element=1.0,
                                                 bytes_per_element=4.0),
@@ -812,7 +812,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "probe": lambda: call(probe.probe, "cpu", ["float32"], True, threads=1, progress=False,
                               run_valid=False),
     }),
-    **within("experiments.classifier", {
+    **within("models.classifier", {
         "load_digits": lambda: call(classifier.load_digits, 0.25, 1, zero="seed"),
         "make_mlp": lambda: call(classifier.make_mlp, 16, 1, 0, zero="seed"),
         "train": lambda: call(classifier.train, mlp(), digits(), 1, 0.01, 512, 0, zero="seed"),
@@ -906,7 +906,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "fresh_output_sentence": lambda: call(fusion.fresh_output_sentence, chain_rows(), "compiled",
                                               "compiled, out given", opaque="rows"),
     }),
-    **within("experiments.lowbit_gemv", {
+    **within("kernels.lowbit_gemv", {
         "cache_dir": lambda: call(lowbit_gemv.cache_dir),
         "find_compiler": lambda: call(lowbit_gemv.find_compiler, "gcc", text="cc"),
         "runnable_paths": lambda: call(lowbit_gemv.runnable_paths, ["AVX2", "FMA"], "x86_64", text="arch"),
@@ -937,7 +937,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "PathComparison.verdict": lambda: call(path_comparison().verdict),
         "compare_paths": lambda: call(lowbit_gemv.compare_paths, stack(), "avx2", ("int8",), 1, 2),
     }),
-    **within("experiments.ort", {
+    **within("kernels.ort", {
         "temp_dir": lambda: call(ort.temp_dir, "hwopt-test-", text="prefix"),
         "remove_temp_dirs": lambda: call(ort.remove_temp_dirs),
         "remove_stale_temp_dirs": lambda: call(ort.remove_stale_temp_dirs, TMP, text="folder"),
@@ -1153,7 +1153,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "lesson_summary": lambda: call(prefill_decode.lesson_summary, phase_times(), context_sweep(),
                                        kv_rows(), phase_runs(), opaque="kv_rows"),
     }),
-    **within("experiments.tiny_decoder", {
+    **within("models.tiny_decoder", {
         "Block": lambda: call(tiny_decoder.Block, 16, 2),
         "TinyDecoder": lambda: call(tiny_decoder.TinyDecoder, 32, 16, 1, 2, 64),
         "make_tiny_decoder": lambda: call(tiny_decoder.make_tiny_decoder, 32, 16, 1, 2, 0,
@@ -1161,59 +1161,63 @@ VALID: dict[str, Callable[[], Call]] = {
         "weight_bytes_per_token": lambda: call(tiny_decoder.weight_bytes_per_token, decoder()),
         "generate": lambda: call(tiny_decoder.generate, decoder(),
                                  torch.tensor([[1, 2, 3]]), 4, zero="prompt"),
-        "measure_decode": lambda: call(tiny_decoder.measure_decode, decoder(), 4, 3, "cpu", 1),
-        "estimated_tokens_per_s": lambda: call(tiny_decoder.estimated_tokens_per_s, decoder(),
-                                               20.0, 16, zero="context_len"),
         "kv_bytes_read": lambda: call(tiny_decoder.kv_bytes_read, decoder(), 16, zero="context_len"),
-        "decode_steps": lambda: call(tiny_decoder.decode_steps, decoder(), 4, 3, "cpu"),
-        "gemvs_alone": lambda: call(tiny_decoder.gemvs_alone, decoder(), 2),
-        "decode_bytes_read": lambda: call(tiny_decoder.decode_bytes_read, decoder(), 4, 3),
+        "check_new_tokens": lambda: call(tiny_decoder.check_new_tokens, decoder(), 4, 3, 1,
+                                         zero="prompt_len minimum"),
         "TinyDecoder.gemv_runner": lambda: call(decoder().gemv_runner),
-        "compare_kernels": lambda: call(tiny_decoder.compare_kernels, decoder(), 20.0, 4, 3, 1),
-        "bound_report": lambda: call(tiny_decoder.bound_report, decoder(), 1000.0, 20.0, 16,
-                                     zero="context_len"),
         "causal_mask_after": lambda: call(tiny_decoder.causal_mask_after, 3, 2, "cpu", zero="past"),
         "truncate_caches": lambda: call(tiny_decoder.truncate_caches,
                                         decoder()(torch.tensor([[1, 2, 3]]))[1], 2, zero="length",
                                         opaque="caches"),
     }),
+    **within("experiments.decode_speed", {
+        "measure_decode": lambda: call(decode_speed.measure_decode, decoder(), 4, 3, "cpu", 1),
+        "estimated_tokens_per_s": lambda: call(decode_speed.estimated_tokens_per_s, decoder(),
+                                               20.0, 16, zero="context_len"),
+        "decode_steps": lambda: call(decode_speed.decode_steps, decoder(), 4, 3, "cpu"),
+        "gemvs_alone": lambda: call(decode_speed.gemvs_alone, decoder(), 2),
+        "decode_bytes_read": lambda: call(decode_speed.decode_bytes_read, decoder(), 4, 3),
+        "compare_kernels": lambda: call(decode_speed.compare_kernels, decoder(), 20.0, 4, 3, 1),
+        "bound_report": lambda: call(decode_speed.bound_report, decoder(), 1000.0, 20.0, 16,
+                                     zero="context_len"),
+    }),
     **within("cost.speculative", {
-        "expected_tokens_per_step": lambda: call(speculative_cost.expected_tokens_per_step, 0.7, 4,
+        "expected_tokens_per_step": lambda: call(speculative.expected_tokens_per_step, 0.7, 4,
                                                  zero="acceptance draft_len", bounded="acceptance"),
-        "simulate_tokens_per_step": lambda: call(speculative_cost.simulate_tokens_per_step, 0.7, 4, 100, 0,
+        "simulate_tokens_per_step": lambda: call(speculative.simulate_tokens_per_step, 0.7, 4, 100, 0,
                                                  zero="acceptance draft_len seed", bounded="acceptance"),
-        "predicted_speedup": lambda: call(speculative_cost.predicted_speedup, 0.7, 4, 0.2, 1.5,
+        "predicted_speedup": lambda: call(speculative.predicted_speedup, 0.7, 4, 0.2, 1.5,
                                           zero="acceptance draft_len cost_ratio",
                                           bounded="acceptance cost_ratio verify_ratio"),
-        "best_draft_len": lambda: call(speculative_cost.best_draft_len, 0.7, 0.2, 8,
+        "best_draft_len": lambda: call(speculative.best_draft_len, 0.7, 0.2, 8,
                                        zero="acceptance cost_ratio", bounded="acceptance cost_ratio"),
-        "acceptance_rate": lambda: call(speculative_cost.acceptance_rate, [1, 4, 0], 4,
+        "acceptance_rate": lambda: call(speculative.acceptance_rate, [1, 4, 0], 4,
                                         zero="accepted_per_step"),
-        "plot_speedup": lambda: call(speculative_cost.plot_speedup, 0.7, 0.2, 4,
+        "plot_speedup": lambda: call(speculative.plot_speedup, 0.7, 0.2, 4,
                                      zero="acceptance cost_ratio draft_len", bounded="acceptance cost_ratio"),
-        "speedup_summary": lambda: call(speculative_cost.speedup_summary, 0.7, 4, 0.2,
+        "speedup_summary": lambda: call(speculative.speedup_summary, 0.7, 4, 0.2,
                                         zero="acceptance cost_ratio draft_len",
                                         bounded="acceptance cost_ratio"),
-        "speculative_explorer": lambda: call(speculative_cost.speculative_explorer, 0.2, zero="cost_ratio",
+        "speculative_explorer": lambda: call(speculative.speculative_explorer, 0.2, zero="cost_ratio",
                                              bounded="cost_ratio"),
     }),
-    **within("experiments.speculative", {
-        "make_draft_and_target": lambda: call(speculative.make_draft_and_target, 32, 16, 1, 1, 2, 0.5, 0,
+    **within("experiments.speculative_decoding", {
+        "make_draft_and_target": lambda: call(sd.make_draft_and_target, 32, 16, 1, 1, 2, 0.5, 0,
                                               "cpu", zero="difference seed", bounded="difference"),
-        "speculative_generate": lambda: call(speculative.speculative_generate, *draft_and_target(),
+        "speculative_generate": lambda: call(sd.speculative_generate, *draft_and_target(),
                                              torch.tensor([[1, 2, 3]]), 6, 2, zero="prompt"),
-        "checked_run": lambda: call(speculative.checked_run, *draft_and_target(), torch.tensor([[1, 2, 3]]),
+        "checked_run": lambda: call(sd.checked_run, *draft_and_target(), torch.tensor([[1, 2, 3]]),
                                     6, 2, zero="prompt"),
-        "random_prompt": lambda: call(speculative.random_prompt, 32, 4, 0, "cpu", zero="seed"),
-        "acceptance_by_difference": lambda: call(speculative.acceptance_by_difference, [0.0, 1.0], 2, 4,
+        "random_prompt": lambda: call(sd.random_prompt, 32, 4, 0, "cpu", zero="seed"),
+        "acceptance_by_difference": lambda: call(sd.acceptance_by_difference, [0.0, 1.0], 2, 4,
                                                  zero="differences", **SMALL_PAIR),
-        "measure_step_costs": lambda: call(speculative.measure_step_costs, *draft_and_target(), 2, 4, "cpu",
+        "measure_step_costs": lambda: call(sd.measure_step_costs, *draft_and_target(), 2, 4, "cpu",
                                            1),
-        "compare_generation": lambda: call(speculative.compare_generation, *draft_and_target(),
+        "compare_generation": lambda: call(sd.compare_generation, *draft_and_target(),
                                            torch.tensor([[1, 2, 3]]), 4, 2, "cpu", 1, zero="prompt"),
-        "predicted_over_measured": lambda: call(speculative.predicted_over_measured, speculative_run(),
+        "predicted_over_measured": lambda: call(sd.predicted_over_measured, speculative_run(),
                                                 step_costs(), generation_timings(), opaque="timings"),
-        "speedup_report": lambda: call(speculative.speedup_report, speculative_run(), step_costs(),
+        "speedup_report": lambda: call(sd.speedup_report, speculative_run(), step_costs(),
                                        generation_timings(), opaque="timings"),
     }),
     **within("experiments.attention", {
@@ -1286,8 +1290,8 @@ VALID: dict[str, Callable[[], Call]] = {
 
 # Public callables not fed bad values, each with the reason.
 EXCLUDED: dict[str, str] = {
-    "experiments.speculative.SpeculativeRun": "a result of speculative.speculative_generate",
-    "experiments.speculative.StepCosts": "a result of speculative.measure_step_costs",
+    "experiments.speculative_decoding.SpeculativeRun": "a result of speculative_generate",
+    "experiments.speculative_decoding.StepCosts": "a result of measure_step_costs",
     "experiments.attention.AttentionPoint": "a result of attention.measure_attention",
     "experiments.launch_overhead.OverheadFit": "a result of launch_overhead.fit_overhead",
     "formats.Format": "the vocabulary of formats (hwopt/formats.py, tests/test_formats.py), not user input",
@@ -1314,20 +1318,20 @@ EXCLUDED: dict[str, str] = {
     "machine.hardware.GPUInfo": "a result of hardware.cuda_gpus",
     "machine.hardware.MachineInfo": "a result of hardware.machine",
     "machine.probe.Ceilings": "a result of probe.probe",
-    "experiments.classifier.Digits": "a result of classifier.load_digits",
+    "models.classifier.Digits": "a result of classifier.load_digits",
     "experiments.decode.DecodePath": "a result of decode.decode_paths",
     "experiments.decode.DecodeResult": "a result of decode.time_paths",
     "experiments.precision.Quantized": "a result of precision.quantize",
-    "experiments.lowbit_gemv.PathComparison": "a result of lowbit_gemv.compare_paths",
-    "experiments.lowbit_gemv.KernelPath": "a row of lowbit_gemv.PATHS, the kernel's instruction paths",
+    "kernels.lowbit_gemv.PathComparison": "a result of lowbit_gemv.compare_paths",
+    "kernels.lowbit_gemv.KernelPath": "a row of lowbit_gemv.PATHS, the kernel's instruction paths",
     # Tensor code that torch traces (torch.compile, ONNX export, the decode loop): a check there would break
     # the trace or slow every step; the functions that feed them check the inputs.
     "experiments.fusion.chain": "traced by torch.compile and the ONNX exporter; chain_inputs checks inputs",
     "experiments.fusion.Chain.forward": "traced by torch.compile and the ONNX exporter",
     "experiments.fusion.chain_into": "the chain that lesson 5 compiles with torch.compile and times",
-    "experiments.tiny_decoder.Block.forward": "runs every decode step; generate and measure_decode check",
-    "experiments.tiny_decoder.TinyDecoder.forward": "every decode step; generate and measure_decode check",
-    "experiments.tiny_decoder.project": "every projection of every decode step (inside Block.forward); the "
+    "models.tiny_decoder.Block.forward": "runs every decode step; generate and measure_decode check",
+    "models.tiny_decoder.TinyDecoder.forward": "every decode step; generate and measure_decode check",
+    "models.tiny_decoder.project": "every projection of every decode step (inside Block.forward); the "
                                         "kernel choice is checked where a model's kernel is set",
 }
 

@@ -1,4 +1,4 @@
-"""cost.roofline: formulas against hand-computed numbers, bad input, the plot."""
+"""roofline: formulas against hand-computed numbers, bad input, the plot."""
 
 import matplotlib
 
@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from hwopt.cost import roofline as rl  # noqa: E402
+from hwopt import roofline as rl  # noqa: E402
 
 
 def test_elementwise_add_fp32_is_one_flop_per_12_bytes():

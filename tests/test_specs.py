@@ -6,8 +6,7 @@ import re
 
 import pytest
 
-from hwopt import formats
-from hwopt.cost import roofline
+from hwopt import formats, roofline
 from hwopt.machine import specs
 
 ROWS = list(csv.DictReader(open(specs.CHIPS_CSV, encoding="utf-8")))

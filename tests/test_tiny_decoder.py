@@ -1,10 +1,11 @@
-"""experiments.tiny_decoder: KV-cached decode matches a full forward pass (the oracle); bytes; tokens/s."""
+"""models.tiny_decoder: KV-cached decode matches a full forward pass (the oracle); bytes; tokens/s."""
 
 import pytest
 import torch
 
-from hwopt.experiments import lowbit_gemv
-from hwopt.experiments import tiny_decoder as td
+from hwopt.experiments import decode_speed
+from hwopt.kernels import lowbit_gemv
+from hwopt.models import tiny_decoder as td
 
 pytestmark = pytest.mark.filterwarnings("ignore::hwopt.machine.bench.NoisyMeasurementWarning")
 
@@ -46,11 +47,11 @@ def test_weight_bytes_exclude_the_embedding_tables(model):
 
 
 def test_tokens_per_s_measured_and_estimated(model):
-    rate, m = td.measure_decode(model, prompt_len=4, new_tokens=4, repeats=1)
+    rate, m = decode_speed.measure_decode(model, prompt_len=4, new_tokens=4, repeats=1)
     assert rate > 0 and m.repeats == 1
-    assert td.estimated_tokens_per_s(model, 10.0) == pytest.approx(10e9 / td.weight_bytes_per_token(model))
+    assert decode_speed.estimated_tokens_per_s(model, 10.0) == pytest.approx(10e9 / td.weight_bytes_per_token(model))
     with pytest.raises(ValueError, match="bandwidth_gbs"):
-        td.estimated_tokens_per_s(model, 0.0)
+        decode_speed.estimated_tokens_per_s(model, 0.0)
 
 
 def test_bad_input(model):
@@ -93,7 +94,7 @@ def test_tokens_per_s_cuda_path_synchronises_on_cpu(model, monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: syncs.append(1))
     real_randint = torch.randint
     monkeypatch.setattr(torch, "randint", lambda *a, device=None, **k: real_randint(*a, **k))
-    rate, m = td.measure_decode(model, prompt_len=3, new_tokens=3, device="cuda", repeats=1)
+    rate, m = decode_speed.measure_decode(model, prompt_len=3, new_tokens=3, device="cuda", repeats=1)
     assert rate > 0 and m.device == "cuda" and syncs
 
 
@@ -112,17 +113,17 @@ def test_kv_bytes_read_match_the_cache_tensors(model):
     (1 / 2.4, "2.4x below the bound: 58% of each step"),
 ])
 def test_bound_report_prints_the_measured_ratio_and_its_meaning(model, fraction_of_bound, says):
-    bound = td.estimated_tokens_per_s(model, 20.0, context_len=10)  # weights + K and V of 10 tokens
-    report = td.bound_report(model, bound * fraction_of_bound, 20.0, context_len=10)
+    bound = decode_speed.estimated_tokens_per_s(model, 20.0, context_len=10)  # weights + K and V of 10 tokens
+    report = decode_speed.bound_report(model, bound * fraction_of_bound, 20.0, context_len=10)
     assert says in report and f"bound / measured = {1 / fraction_of_bound:.2f}" in report
     kv_share = td.kv_bytes_read(model, 10) / td.weight_bytes_per_token(model)
     assert f"{kv_share:.1%} of the weight bytes" in report
-    assert "KV cache" not in td.bound_report(model, bound, 20.0)
-    long = td.bound_report(model, bound, 20.0, context_len=400)  # this small model's KV outgrows its weights
-    short = td.bound_report(model, bound, 20.0, context_len=1)
+    assert "KV cache" not in decode_speed.bound_report(model, bound, 20.0)
+    long = decode_speed.bound_report(model, bound, 20.0, context_len=400)  # this small model's KV outgrows its weights
+    short = decode_speed.bound_report(model, bound, 20.0, context_len=1)
     assert "would leave out" in long and "the weights are what" in short
     with pytest.raises(ValueError, match="measured_tokens_per_s"):
-        td.bound_report(model, 0.0, 20.0)
+        decode_speed.bound_report(model, 0.0, 20.0)
 
 
 needs_kernel = pytest.mark.skipif(lowbit_gemv.unavailable_reason() is not None, reason="C kernel unavailable")
@@ -201,17 +202,17 @@ def test_kernel_choice_is_checked(model, monkeypatch):
 def test_decode_bytes_read_count_weights_and_the_growing_kv(model):
     weights, kv_per_token = td.weight_bytes_per_token(model), td.kv_bytes_read(model, 1)
     # steps at 4, 5 and 6 past tokens: three times the weights, 15 tokens' K and V
-    assert td.decode_bytes_read(model, 4, 4) == 3 * weights + 15 * kv_per_token
-    steps = td.decode_steps(model, prompt_len=4, new_tokens=4)
+    assert decode_speed.decode_bytes_read(model, 4, 4) == 3 * weights + 15 * kv_per_token
+    steps = decode_speed.decode_steps(model, prompt_len=4, new_tokens=4)
     assert steps().shape == (1, 1)
     with pytest.raises(ValueError, match="new_tokens"):
-        td.decode_bytes_read(model, 4, 1)
+        decode_speed.decode_bytes_read(model, 4, 1)
 
 
 @needs_kernel
 def test_compare_kernels_times_both_and_keeps_the_models_choice(model):
     model.kernel = "torch"
-    text = td.compare_kernels(model, 20.0, prompt_len=3, new_tokens=3, repeats=1)
+    text = decode_speed.compare_kernels(model, 20.0, prompt_len=3, new_tokens=3, repeats=1)
     assert "C kernel step" in text and "torch " in text and "of the bound" in text
     assert "x faster than torch" in text or "slower" in text
     assert model.kernel == "torch"  # put back as it was
@@ -219,18 +220,18 @@ def test_compare_kernels_times_both_and_keeps_the_models_choice(model):
 
 
 def test_compare_kernels_says_why_there_is_nothing_to_compare(model, monkeypatch):
-    monkeypatch.setattr(td, "_c_kernel", lambda: "no C compiler found (tried cc)")
-    assert "not available here (no C compiler" in td.compare_kernels(model, 20.0)
+    monkeypatch.setattr(lowbit_gemv, "unavailable_reason", lambda: "no C compiler found (tried cc)")
+    assert "not available here (no C compiler" in decode_speed.compare_kernels(model, 20.0)
     with pytest.raises(ValueError, match="bandwidth_gbs"):
-        td.compare_kernels(model, 0.0)
+        decode_speed.compare_kernels(model, 0.0)
 
 
 def test_gemvs_alone_run_every_linear_once_a_token(model, monkeypatch):
     calls = []
     real = td.project
     monkeypatch.setattr(td, "project", lambda layer, x, kernel="auto": calls.append(layer) or real(layer, x))
-    out = td.gemvs_alone(model, tokens=2)()
+    out = decode_speed.gemvs_alone(model, tokens=2)()
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     assert calls == linears * 2 and out.shape == (1, 1, 50)  # the head comes last
     with pytest.raises(ValueError, match="tokens"):
-        td.gemvs_alone(model, 0)
+        decode_speed.gemvs_alone(model, 0)

@@ -18,7 +18,7 @@ import samples  # noqa: E402
 # Modules that measure or start things (timers, probes, compilers, widgets): they own no cost-model answer.
 SKIP = ("hwopt.course", "hwopt.machine.bench", "hwopt.machine.probe", "hwopt.machine.hardware",
         "hwopt.machine.card",
-        "hwopt.experiments.roofline_points", "hwopt.experiments.lowbit_gemv", "hwopt.experiments.ort",
+        "hwopt.experiments.roofline_points", "hwopt.kernels.lowbit_gemv", "hwopt.kernels.ort",
         "hwopt.experiments.profiling", "hwopt.widgets", "hwopt.plots", "hwopt.__main__")
 
 TRY_EVERY_FUNCTION = r"""

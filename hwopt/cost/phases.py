@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hwopt import arguments, formats
-from hwopt.cost import footprint, roofline
+from hwopt import arguments, formats, roofline
+from hwopt.cost import footprint
 
 
 def matmul_params(shape: footprint.ModelShape) -> int:

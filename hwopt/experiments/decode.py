@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hwopt import arguments, formats
-from hwopt.experiments import lowbit_gemv, ort
+from hwopt.kernels import lowbit_gemv, ort
 from hwopt.machine import bench
 
 CACHE_MARGIN = 1.5  # a copy of the weights this many times the last-level cache is timed from memory

@@ -19,8 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hwopt import arguments
-from hwopt.cost import roofline
+from hwopt import arguments, roofline
 from hwopt.machine import bench, probe
 
 CHAIN_OPS = 4  # add bias, gelu, add residual, scale

@@ -17,8 +17,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hwopt import arguments, plots
-from hwopt.experiments import tiny_decoder as td
 from hwopt.machine import bench
+from hwopt.models import tiny_decoder as td
 
 SIZES = (1, 64, 1024, 4096, 16384, 65536)  # elements of the additions timed by time_per_call
 COMPILE_CODE = 'step = torch.compile(step, mode="reduce-overhead")  # CUDA graphs, captured automatically'

@@ -19,7 +19,7 @@ from torch import nn
 
 from hwopt import arguments
 from hwopt.experiments import fake_quant, precision
-from hwopt.experiments.classifier import Digits, accuracy
+from hwopt.models.classifier import Digits, accuracy
 
 ACTIVATION_SCALES = ("per-tensor", "per-channel", "smoothquant")
 _TINY = 1e-5  # floor of channel statistics, so that an all-zero channel gets a finite scale

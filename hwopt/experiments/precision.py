@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from hwopt import arguments, formats
-from hwopt.experiments.classifier import Digits, accuracy
+from hwopt.models.classifier import Digits, accuracy
 
 HALF_AND_FULL = ("fp32", "fp16", "bf16")  # the float formats in_dtype runs a model in
 
@@ -326,8 +326,8 @@ def compare_variants(
     agreement (0..1) with the reference variant (the first one unless named: eager FP32 is the oracle)."""
     import warnings
 
-    from hwopt.experiments.classifier import agreement
     from hwopt.machine import bench
+    from hwopt.models.classifier import agreement
 
     arguments.instance("predictors", predictors, Mapping)
     if not predictors:

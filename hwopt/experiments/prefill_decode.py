@@ -14,8 +14,9 @@ import torch
 
 from hwopt import arguments, formats, plots
 from hwopt.cost import footprint, phases
-from hwopt.experiments import precision, tiny_decoder
+from hwopt.experiments import precision
 from hwopt.machine import bench
+from hwopt.models import tiny_decoder
 
 KV_FORMATS = footprint.KV_CHOICES  # the KV-cache formats quantize_kv stores a cache in
 

@@ -1,7 +1,7 @@
 """Measured kernels as roofline points (lessons 1-2): matmul throughput vs size, GEMM, GEMV and elementwise.
 
 Timing and probing come from probe / bench; this module turns their numbers into FLOP/s per size
-and into roofline.KernelPoint objects with the intensity formulas of hwopt.cost.roofline.
+and into roofline.KernelPoint objects with the intensity formulas of hwopt.roofline.
 """
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from hwopt import arguments, formats, plots
-from hwopt.cost import roofline
+from hwopt import arguments, formats, plots, roofline
 from hwopt.machine import bench, probe
 
 MATMUL_SIZES: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048)

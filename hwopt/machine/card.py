@@ -9,8 +9,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from hwopt import arguments
-from hwopt.cost import roofline
+from hwopt import arguments, roofline
 from hwopt.machine import hardware, specs
 
 

@@ -15,8 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hwopt import arguments, formats
-from hwopt.cost import roofline
+from hwopt import arguments, formats, roofline
 from hwopt.machine import bench
 
 CPU_CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"  # Linux sysfs: one index*/ folder per cache of cpu0

@@ -23,8 +23,7 @@ from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
-from hwopt import arguments, formats
-from hwopt.cost import roofline
+from hwopt import arguments, formats, roofline
 from hwopt.data import DATA_DIR
 
 CHIPS_CSV = DATA_DIR / "chips.csv"

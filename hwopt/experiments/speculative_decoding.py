@@ -17,8 +17,8 @@ from torch import nn
 
 from hwopt import arguments
 from hwopt.cost import speculative as cost
-from hwopt.experiments import tiny_decoder as td
 from hwopt.machine import bench
+from hwopt.models import tiny_decoder as td
 
 # CPU threads for the timed decoding: a decode step is too small to split well, and threads that spin while
 # another program holds the cores slow it many times over (measured on a busy 2-core machine: 8x).

@@ -44,7 +44,7 @@
  * a token), then sleep on a condition variable, so no idle thread is left spinning to slow whatever the
  * program runs next.
  *
- * Built by hwopt/experiments/lowbit_gemv.py with the system C compiler, e.g. for the avx2 path:
+ * Built by hwopt/kernels/lowbit_gemv.py with the system C compiler, e.g. for the avx2 path:
  *   cc -O3 -shared -fPIC -pthread -mavx2 -mfma lowbit_gemv.c -lm
  */
 #include <math.h>
@@ -687,7 +687,7 @@ int lowbit_gemv_f32(long rows, long cols, const float *w, const float *x, const 
 
 /* ---- one token through a pre-norm decoder-only transformer (the tiny decoder) ------------------------- */
 
-/* The decode step of hwopt/experiments/tiny_decoder.py in one call: every Linear is one stage, a GEMV whose
+/* The decode step of hwopt/models/tiny_decoder.py in one call: every Linear is one stage, a GEMV whose
  * rows the workers share in chunks (as above), and whoever finishes a stage's last chunk prepares the next
  * stage's input on its own: the layer norms, the residual adds, GELU, and attention over the KV cache. The
  * work between two GEMVs is a few vectors of d numbers (and the cache), so it is done by one core while the

@@ -243,10 +243,10 @@ def setup_tiny_decoder(quick: bool) -> Setup:
 
 def setup_batching(quick: bool) -> Setup:
     """Lesson 3: throughput of the lesson's MLP at its best batch size vs batch 1 (per-item times)."""
-    batching = need("cost.batching", "make_mlp", "BATCH_SIZES")
+    mlp = need("models.mlp", "make_mlp")
     import torch
 
-    model = batching.make_mlp()
+    model = mlp.make_mlp()
     width = next(m for m in model.modules() if isinstance(m, torch.nn.Linear)).in_features
     sizes = [1, 64, 256] if quick else [1, 32, 128, 256, 512]
     fns, items = {}, {}
@@ -258,18 +258,18 @@ def setup_batching(quick: bool) -> Setup:
                 return model(x)
 
         fns[f"batch {b}"], items[f"batch {b}"] = step, b
-    note = f"hwopt.cost.batching.make_mlp(), items/s; best of batch {', '.join(map(str, sizes[1:]))}"
+    note = f"hwopt.models.mlp.make_mlp(), items/s; best of batch {', '.join(map(str, sizes[1:]))}"
     (name, goal), = BATCHING
     return Setup(fns, [Comparison(name, goal, ["batch 1"], [f"batch {b}" for b in sizes[1:]], note)], items)
 
 
 def setup_ort(quick: bool) -> Setup:
     """Lesson 5: the digits classifier at batch 1 in ONNX Runtime (all graph optimizations) vs torch eager."""
-    classifier = need("models.classifier", "make_mlp", "N_FEATURES")
+    classifier = need("models.classifier", "make_classifier", "N_FEATURES")
     ort = need("kernels.ort", "export_onnx", "make_session", "Predictor")
     import torch
 
-    model = classifier.make_mlp().eval()
+    model = classifier.make_classifier().eval()
     x = torch.randn(1, classifier.N_FEATURES)
     predictor = ort.Predictor(ort.make_session(ort.export_onnx(model, (x,)), threads=1))  # as lesson 5 does
     x_np = x.numpy()
@@ -279,7 +279,7 @@ def setup_ort(quick: bool) -> Setup:
             return model(x)
 
     (name, goal), = ORT
-    note = ("hwopt.models.classifier.make_mlp() exported with hwopt.kernels.ort.export_onnx; "
+    note = ("hwopt.models.classifier.make_classifier() exported with hwopt.kernels.ort.export_onnx; "
             "ORT opt_level 'all', 1 thread")
     return Setup({"torch eager": eager, "ORT": lambda: predictor(x_np)},
                  [Comparison(name, goal, ["torch eager"], ["ORT"], note)])

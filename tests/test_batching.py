@@ -5,6 +5,7 @@ import pytest
 
 from hwopt.cost import batching as bt
 from hwopt.machine import bench
+from hwopt.models import mlp
 
 pytestmark = pytest.mark.filterwarnings("ignore::hwopt.machine.bench.NoisyMeasurementWarning")
 
@@ -116,15 +117,15 @@ def test_knee_is_where_throughput_flattens():
 def test_make_mlp_shapes_and_bad_width():
     import torch
 
-    model = bt.make_mlp(width=16, depth=3)
+    model = mlp.make_mlp(width=16, depth=3)
     assert model(torch.zeros(5, 16)).shape == (5, 16)
     assert sum(isinstance(m, torch.nn.Linear) for m in model) == 3
     with pytest.raises(ValueError, match="width"):
-        bt.make_mlp(width=0)
+        mlp.make_mlp(width=0)
 
 
 def test_measure_sweep_at_tiny_sizes_and_report():
-    model = bt.make_mlp(width=8, depth=2)
+    model = mlp.make_mlp(width=8, depth=2)
     sweep = bt.measure_batch_sweep(model, (1, 4, 16), repeats=2, warmup=1, progress=False)
     assert sweep.batch_sizes == (1, 4, 16) and len(sweep.latencies_ms) == 3
     assert all(t > 0 for t in sweep.latencies_ms)
@@ -141,7 +142,7 @@ def test_measure_sweep_at_tiny_sizes_and_report():
 
 
 def test_compare_batch_sizes_interleaved():
-    rates = bt.compare_batch_sizes(bt.make_mlp(width=8, depth=1), (1, 8), repeats=2)
+    rates = bt.compare_batch_sizes(mlp.make_mlp(width=8, depth=1), (1, 8), repeats=2)
     assert set(rates) == {1, 8} and all(r > 0 for r in rates.values())
 
 
@@ -154,7 +155,7 @@ def test_sweep_runs_on_cuda_path_with_monkeypatched_device(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("sync"))
     real_randn = torch.randn
     monkeypatch.setattr(torch, "randn", lambda *s, device=None, **k: real_randn(*s, **k))
-    model = bt.make_mlp(width=8, depth=1)
+    model = mlp.make_mlp(width=8, depth=1)
     monkeypatch.setattr(model, "to", lambda device: model)
     sweep = bt.measure_batch_sweep(model, (1, 2), device="cuda", repeats=1, warmup=0, progress=False)
     assert len(sweep.measurements) == 2 and calls  # timing synchronised the (fake) GPU

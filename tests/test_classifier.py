@@ -24,14 +24,14 @@ def test_load_digits_split_shapes_and_range(data):
     assert torch.equal(again.y_test, data.y_test)  # fixed shuffle
 
 
-def test_make_mlp_layers():
-    model = classifier.make_mlp(hidden=32, n_hidden_layers=3)
+def test_make_classifier_layers():
+    model = classifier.make_classifier(hidden=32, n_hidden_layers=3)
     linears = [m for m in model if isinstance(m, torch.nn.Linear)]
     assert [(m.in_features, m.out_features) for m in linears] == [(64, 32), (32, 32), (32, 32), (32, 10)]
 
 
 def test_training_learns_the_digits(data):
-    model = classifier.make_mlp(hidden=64)
+    model = classifier.make_classifier(hidden=64)
     before = classifier.accuracy(model, data.x_test, data.y_test)
     classifier.train(model, data, epochs=3)
     after = classifier.accuracy(model, data.x_test, data.y_test)
@@ -64,15 +64,15 @@ def nan_digits():
     ("call", "match"),
     [
         (lambda: classifier.load_digits(test_fraction=1.5), "test_fraction"),
-        (lambda: classifier.make_mlp(hidden=0), "hidden"),
-        (lambda: classifier.make_mlp(n_hidden_layers=0), "n_hidden_layers"),
-        (lambda: classifier.train(classifier.make_mlp(8), tiny_digits(), epochs=0), "epochs"),
-        (lambda: classifier.train(classifier.make_mlp(8), tiny_digits(), epochs=10**30), "epochs"),
-        (lambda: classifier.train(classifier.make_mlp(8), tiny_digits(), batch_size=0), "batch_size"),
-        (lambda: classifier.train(classifier.make_mlp(8), tiny_digits(), lr=0), "lr"),
-        (lambda: classifier.train(classifier.make_mlp(8), tiny_digits(), lr=math.inf), "lr"),
-        (lambda: classifier.train(classifier.make_mlp(8), None), "data"),
-        (lambda: classifier.make_mlp(hidden=True), "hidden"),
+        (lambda: classifier.make_classifier(hidden=0), "hidden"),
+        (lambda: classifier.make_classifier(n_hidden_layers=0), "n_hidden_layers"),
+        (lambda: classifier.train(classifier.make_classifier(8), tiny_digits(), epochs=0), "epochs"),
+        (lambda: classifier.train(classifier.make_classifier(8), tiny_digits(), epochs=10**30), "epochs"),
+        (lambda: classifier.train(classifier.make_classifier(8), tiny_digits(), batch_size=0), "batch_size"),
+        (lambda: classifier.train(classifier.make_classifier(8), tiny_digits(), lr=0), "lr"),
+        (lambda: classifier.train(classifier.make_classifier(8), tiny_digits(), lr=math.inf), "lr"),
+        (lambda: classifier.train(classifier.make_classifier(8), None), "data"),
+        (lambda: classifier.make_classifier(hidden=True), "hidden"),
         (lambda: classifier.accuracy(lambda x: x, torch.zeros(2, 3), torch.zeros(3, dtype=torch.long)),
          "same length"),
         (lambda: classifier.accuracy(lambda x: torch.zeros(5), torch.zeros(2, 3), torch.zeros(2).long()),
@@ -80,7 +80,7 @@ def nan_digits():
         (lambda: classifier.accuracy(lambda x: x, torch.zeros(2, 3), torch.zeros(2)), "y must be"),
         (lambda: classifier.accuracy(lambda x: x, torch.full((2, 3), math.nan), torch.zeros(2).long()),
          "x must be"),
-        (lambda: classifier.train(classifier.make_mlp(8), nan_digits()), "x_train"),
+        (lambda: classifier.train(classifier.make_classifier(8), nan_digits()), "x_train"),
         (lambda: classifier.agreement(lambda x: x, lambda x: x, torch.zeros(0, 3)), "non-empty"),
     ],
 )

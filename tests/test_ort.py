@@ -15,7 +15,7 @@ from hwopt.models import classifier
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     torch.manual_seed(0)
-    model = classifier.make_mlp(hidden=32).eval()
+    model = classifier.make_classifier(hidden=32).eval()
     path = hort.export_onnx(model, (torch.randn(2, 64),), tmp_path_factory.mktemp("onnx") / "mlp.onnx")
     return model, path
 

@@ -11,7 +11,7 @@ from hwopt.models import classifier
 @pytest.fixture(scope="module")
 def trained():
     data = classifier.load_digits()
-    model = classifier.make_mlp(hidden=64)
+    model = classifier.make_classifier(hidden=64)
     classifier.train(model, data, epochs=3)
     return model, data
 
@@ -141,12 +141,13 @@ def test_precision_explorer_redraws_on_change(trained, monkeypatch):
         (lambda: precision.quantize(torch.ones(3, dtype=torch.int32), 4), "w must be"),
         (lambda: precision.quantize(torch.ones(3), 4, per_channel=True), "per_channel"),
         (lambda: precision.linear_layers(torch.nn.ReLU()), "no nn.Linear"),
-        (lambda: precision.quantize_model_weights(classifier.make_mlp(8), 4, keep=["9"]), "keep"),
-        (lambda: precision.in_dtype(classifier.make_mlp(8), "fp8"), "precision"),
+        (lambda: precision.quantize_model_weights(classifier.make_classifier(8), 4, keep=["9"]), "keep"),
+        (lambda: precision.in_dtype(classifier.make_classifier(8), "fp8"), "precision"),
         (lambda: precision.half_precision_verdict(0, 1), "fp32_flops"),
         (lambda: precision.int8_saturation_verdict(-1, 0), ">= 0"),
         (lambda: precision.plot_accuracy_cliff({}), "curves"),
-        (lambda: precision.precision_explorer(classifier.make_mlp(8), classifier.load_digits(), layer="x"),
+        (lambda: precision.precision_explorer(classifier.make_classifier(8), classifier.load_digits(),
+                                              layer="x"),
          "layer"),
     ],
 )

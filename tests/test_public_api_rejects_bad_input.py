@@ -55,7 +55,7 @@ from hwopt.experiments import (
 )
 from hwopt.kernels import lowbit_gemv, ort
 from hwopt.machine import bench, card, hardware, probe, specs
-from hwopt.models import classifier, tiny_decoder
+from hwopt.models import classifier, mlp, tiny_decoder
 
 CALL_LIMIT_S = 2.0  # a bad value must be refused within this time
 VALID_LIMIT_S = 20.0  # the valid call of each function
@@ -403,8 +403,9 @@ def digits() -> classifier.Digits:
     return classifier.load_digits()
 
 
-def mlp() -> torch.nn.Module:
-    return classifier.make_mlp(16, 1)
+def net() -> torch.nn.Module:
+    """A small digits classifier for the calls below."""
+    return classifier.make_classifier(16, 1)
 
 
 @functools.cache
@@ -616,14 +617,13 @@ VALID: dict[str, Callable[[], Call]] = {
         "batch1_regime": lambda: call(batching.batch1_regime, 1e6, "last-level cache", 32 * 2**20,
                                       text="cache_name"),
         "batch1_verdict": lambda: call(batching.batch1_verdict, 1e6, 0.1, 20.0),
-        "make_mlp": lambda: call(batching.make_mlp, 8, 2, 0, zero="seed"),
         "BatchSweep": lambda: call(batching.BatchSweep, (1, 2), (measurement(), measurement())),
         "BatchSweep.knee": lambda: call(sweep().knee, 0.9),
         "BatchSweep.largest_within": lambda: call(sweep().largest_within, 3.0),
-        "measure_batch_sweep": lambda: call(batching.measure_batch_sweep, batching.make_mlp(8, 1),
+        "measure_batch_sweep": lambda: call(batching.measure_batch_sweep, mlp.make_mlp(8, 1),
                                             (1, 2), device="cpu", repeats=2, warmup=0, progress=False,
                                             zero="warmup"),
-        "compare_batch_sizes": lambda: call(batching.compare_batch_sizes, batching.make_mlp(8, 1), (1, 4),
+        "compare_batch_sizes": lambda: call(batching.compare_batch_sizes, mlp.make_mlp(8, 1), (1, 4),
                                             device="cpu", repeats=2),
         "plot_batch_sweep": lambda: call(batching.plot_batch_sweep, sweep(), latency_fit(), 3.0),
         "sweep_table": lambda: call(batching.sweep_table, sweep(), [1.0, 2.0, 4.0]),
@@ -814,15 +814,15 @@ VALID: dict[str, Callable[[], Call]] = {
     }),
     **within("models.classifier", {
         "load_digits": lambda: call(classifier.load_digits, 0.25, 1, zero="seed"),
-        "make_mlp": lambda: call(classifier.make_mlp, 16, 1, 0, zero="seed"),
-        "train": lambda: call(classifier.train, mlp(), digits(), 1, 0.01, 512, 0, zero="seed"),
+        "make_classifier": lambda: call(classifier.make_classifier, 16, 1, 0, zero="seed"),
+        "train": lambda: call(classifier.train, net(), digits(), 1, 0.01, 512, 0, zero="seed"),
         "train_digits_classifier": lambda: call(classifier.train_digits_classifier, 8, 1, 1, 0,
                                                 zero="seed"),
-        "predict_labels": lambda: call(classifier.predict_labels, mlp(), digits().x_test[:8],
+        "predict_labels": lambda: call(classifier.predict_labels, net(), digits().x_test[:8],
                                        signed="x"),
-        "accuracy": lambda: call(classifier.accuracy, mlp(), digits().x_test[:8],
+        "accuracy": lambda: call(classifier.accuracy, net(), digits().x_test[:8],
                                  digits().y_test[:8], signed="x", zero="y"),
-        "agreement": lambda: call(classifier.agreement, mlp(), mlp(), digits().x_test[:8],
+        "agreement": lambda: call(classifier.agreement, net(), net(), digits().x_test[:8],
                                   signed="x"),
     }),
     **within("experiments.decode", {
@@ -995,23 +995,23 @@ VALID: dict[str, Callable[[], Call]] = {
         "fake_quantize": lambda: call(precision.fake_quantize, weight(), 3, signed="w"),
         "quantization_error": lambda: call(precision.quantization_error, weight(), 8, signed="w"),
         "error_summary": lambda: call(precision.error_summary, weight(), 8, signed="w"),
-        "linear_layers": lambda: call(precision.linear_layers, mlp()),
-        "quantize_model_weights": lambda: call(precision.quantize_model_weights, mlp(), 4,
+        "linear_layers": lambda: call(precision.linear_layers, net()),
+        "quantize_model_weights": lambda: call(precision.quantize_model_weights, net(), 4,
                                                per_channel=True, symmetric=True, keep=["0"],
                                                keep_bits=8),
-        "model_size_bytes": lambda: call(precision.model_size_bytes, mlp(), 4, keep=["0"],
+        "model_size_bytes": lambda: call(precision.model_size_bytes, net(), 4, keep=["0"],
                                          keep_bits=8, per_channel=True),
-        "accuracy_vs_bits": lambda: call(precision.accuracy_vs_bits, mlp(), digits(), (8, 4),
+        "accuracy_vs_bits": lambda: call(precision.accuracy_vs_bits, net(), digits(), (8, 4),
                                          per_channel=False, symmetric=True, keep=()),
-        "layer_sensitivity": lambda: call(precision.layer_sensitivity, mlp(), digits(), 2,
+        "layer_sensitivity": lambda: call(precision.layer_sensitivity, net(), digits(), 2,
                                           per_channel=False, symmetric=True),
-        "in_dtype": lambda: call(precision.in_dtype, mlp(), "bf16", "cpu"),
-        "torch_dynamic_int8": lambda: call(precision.torch_dynamic_int8, mlp()),
-        "compare_variants": lambda: call(precision.compare_variants, {"a": mlp(), "b": mlp()},
+        "in_dtype": lambda: call(precision.in_dtype, net(), "bf16", "cpu"),
+        "torch_dynamic_int8": lambda: call(precision.torch_dynamic_int8, net()),
+        "compare_variants": lambda: call(precision.compare_variants, {"a": net(), "b": net()},
                                          digits(), sizes_bytes={"a": 100.0}, timed=["a"],
                                          batch_size=16, reference="b", device="cpu", repeats=2),
         "format_variants": lambda: call(precision.format_variants, precision.compare_variants(
-{"a": mlp()}, digits(), batch_size=16, repeats=2), opaque="rows"),
+{"a": net()}, digits(), batch_size=16, repeats=2), opaque="rows"),
         "half_precision_verdict": lambda: call(precision.half_precision_verdict, 1e11, 1e9,
                                                "bf16", text="precision"),
         "int8_saturation_verdict": lambda: call(precision.int8_saturation_verdict, 0.08, 0.02,
@@ -1022,7 +1022,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "plot_accuracy_cliff": lambda: call(precision.plot_accuracy_cliff,
                                             {"per-tensor": {8: 0.97, 4: 0.6}}, 0.98,
                                             zero="reference"),
-        "precision_explorer": lambda: call(precision.precision_explorer, mlp(), digits(), "2"),
+        "precision_explorer": lambda: call(precision.precision_explorer, net(), digits(), "2"),
     }),
     **within("experiments.fake_quant", {
         "round_to_float": lambda: call(fake_quant.round_to_float, weight(), "E4M3", signed="x"),
@@ -1047,9 +1047,9 @@ VALID: dict[str, Callable[[], Call]] = {
     **within("experiments.outliers", {
         "heavy_tailed_weights": lambda: call(outliers.heavy_tailed_weights, 8, 16, 4.0, 0, zero="seed",
                                              bounded="df"),
-        "with_outlier_channels": lambda: call(outliers.with_outlier_channels, mlp(), "2", 2, 10.0, 0,
+        "with_outlier_channels": lambda: call(outliers.with_outlier_channels, net(), "2", 2, 10.0, 0,
                                               zero="seed", bounded="factor"),
-        "layer_inputs": lambda: call(outliers.layer_inputs, mlp(), digits().x_test[:4], signed="x"),
+        "layer_inputs": lambda: call(outliers.layer_inputs, net(), digits().x_test[:4], signed="x"),
         "outlier_channels": lambda: call(outliers.outlier_channels, weight(), 6.0, signed="x",
                                          bounded="threshold"),
         "quantize_activations": lambda: call(outliers.quantize_activations, weight(), 8, True, signed="x"),
@@ -1057,12 +1057,12 @@ VALID: dict[str, Callable[[], Call]] = {
                                          zero="alpha", bounded="alpha"),
         "w8a8_output": lambda: call(outliers.w8a8_output, weight(), weight(), "smoothquant", 0.5, 8,
                                     signed="x w", zero="alpha", bounded="alpha"),
-        "w8a8_model": lambda: call(outliers.w8a8_model, mlp(), digits().x_test[:8], "smoothquant", 0.5, 8,
+        "w8a8_model": lambda: call(outliers.w8a8_model, net(), digits().x_test[:8], "smoothquant", 0.5, 8,
                                    signed="calibration_x", zero="alpha", bounded="alpha"),
         "awq_search": lambda: call(outliers.awq_search, weight(), weight(), "int4_g32", 4, signed="x w"),
-        "weight_only_model": lambda: call(outliers.weight_only_model, mlp(), "mxfp4", digits().x_test[:8], 3,
+        "weight_only_model": lambda: call(outliers.weight_only_model, net(), "mxfp4", digits().x_test[:8], 3,
                                           signed="awq_x"),
-        "accuracy_vs_outliers": lambda: call(outliers.accuracy_vs_outliers, mlp(), digits(), "2", (1.0, 10.0),
+        "accuracy_vs_outliers": lambda: call(outliers.accuracy_vs_outliers, net(), digits(), "2", (1.0, 10.0),
                                              2, 32),
         "plot_accuracy_vs_outliers": lambda: call(outliers.plot_accuracy_vs_outliers,
                                                   {"per-tensor": {1.0: 0.97, 100.0: 0.6}}, 0.98,
@@ -1152,6 +1152,9 @@ VALID: dict[str, Callable[[], Call]] = {
         "serving_costs": lambda: call(prefill_decode.serving_costs, phase_times(), context_sweep()),
         "lesson_summary": lambda: call(prefill_decode.lesson_summary, phase_times(), context_sweep(),
                                        kv_rows(), phase_runs(), opaque="kv_rows"),
+    }),
+    **within("models.mlp", {
+        "make_mlp": lambda: call(mlp.make_mlp, 8, 2, in_features=4, out_features=3, seed=0, zero="seed"),
     }),
     **within("models.tiny_decoder", {
         "Block": lambda: call(tiny_decoder.Block, 16, 2),

@@ -49,7 +49,8 @@ def test_weight_bytes_exclude_the_embedding_tables(model):
 def test_tokens_per_s_measured_and_estimated(model):
     rate, m = decode_speed.measure_decode(model, prompt_len=4, new_tokens=4, repeats=1)
     assert rate > 0 and m.repeats == 1
-    assert decode_speed.estimated_tokens_per_s(model, 10.0) == pytest.approx(10e9 / td.weight_bytes_per_token(model))
+    expected = 10e9 / td.weight_bytes_per_token(model)
+    assert decode_speed.estimated_tokens_per_s(model, 10.0) == pytest.approx(expected)
     with pytest.raises(ValueError, match="bandwidth_gbs"):
         decode_speed.estimated_tokens_per_s(model, 0.0)
 
@@ -119,7 +120,7 @@ def test_bound_report_prints_the_measured_ratio_and_its_meaning(model, fraction_
     kv_share = td.kv_bytes_read(model, 10) / td.weight_bytes_per_token(model)
     assert f"{kv_share:.1%} of the weight bytes" in report
     assert "KV cache" not in decode_speed.bound_report(model, bound, 20.0)
-    long = decode_speed.bound_report(model, bound, 20.0, context_len=400)  # this small model's KV outgrows its weights
+    long = decode_speed.bound_report(model, bound, 20.0, context_len=400)  # its KV outgrows its weights
     short = decode_speed.bound_report(model, bound, 20.0, context_len=1)
     assert "would leave out" in long and "the weights are what" in short
     with pytest.raises(ValueError, match="measured_tokens_per_s"):

@@ -171,21 +171,6 @@ def batch1_verdict(weight_bytes: float, latency_ms: float, bandwidth_gbs: float)
 # ---- measuring a real model ------------------------------------------------------------------------------
 
 
-def make_mlp(width: int = 1024, depth: int = 3, seed: int = 0):
-    """Torch MLP: `depth` Linear(width, width) layers with ReLU between; (batch, width) -> (batch, width)."""
-    import torch
-
-    width = arguments.count("width", width, "dimension")
-    depth = arguments.count("depth", depth, "layers")
-    torch.manual_seed(arguments.count("seed", seed, "seed", minimum=0))
-    layers = []
-    for i in range(depth):
-        layers.append(torch.nn.Linear(width, width))
-        if i < depth - 1:
-            layers.append(torch.nn.ReLU())
-    return torch.nn.Sequential(*layers).eval()
-
-
 @dataclass(frozen=True)
 class BatchSweep:
     """Measured latency per batch: one bench.Measurement per batch size, each size measured once."""

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from hwopt import arguments
+from hwopt.models import mlp
 
 N_FEATURES = 64  # 8x8 pixels
 N_CLASSES = 10
@@ -43,18 +44,12 @@ def load_digits(test_fraction: float = 0.2, seed: int = 0) -> Digits:
     return Digits(x[train], y[train], x[test], y[test])
 
 
-def make_mlp(hidden: int = 256, n_hidden_layers: int = 2, seed: int = 0) -> nn.Sequential:
-    """MLP 64 -> hidden (x n_hidden_layers, ReLU) -> 10 logits; Linear layers at even indices."""
+def make_classifier(hidden: int = 256, n_hidden_layers: int = 2, seed: int = 0) -> nn.Sequential:
+    """The digits MLP: 64 -> hidden (x n_hidden_layers, ReLU) -> 10 logits; Linear layers at even indices."""
     hidden = arguments.count("hidden", hidden, "dimension")
     n_hidden_layers = arguments.count("n_hidden_layers", n_hidden_layers, "layers")
-    torch.manual_seed(arguments.count("seed", seed, "seed", minimum=0))
-    layers: list[nn.Module] = []
-    width_in = N_FEATURES
-    for _ in range(n_hidden_layers):
-        layers += [nn.Linear(width_in, hidden), nn.ReLU()]
-        width_in = hidden
-    layers.append(nn.Linear(width_in, N_CLASSES))
-    return nn.Sequential(*layers)
+    return mlp.make_mlp(hidden, n_hidden_layers + 1, in_features=N_FEATURES, out_features=N_CLASSES,
+                        seed=seed)
 
 
 def train(
@@ -90,11 +85,11 @@ def train_digits_classifier(
     hidden: int = 256, n_hidden_layers: int = 2, epochs: int = 10, seed: int = 0
 ) -> tuple[nn.Sequential, Digits]:
     """Load the digits and train an MLP on them (a few seconds on 2 cores); returns (model, data)."""
-    arguments.count("epochs", epochs, "repeats")  # before the loading, like the sizes make_mlp checks
+    arguments.count("epochs", epochs, "repeats")  # before the loading, like the sizes make_classifier checks
     arguments.count("hidden", hidden, "dimension")
     arguments.count("n_hidden_layers", n_hidden_layers, "layers")
     data = load_digits(seed=seed)
-    model = make_mlp(hidden, n_hidden_layers, seed=seed)
+    model = make_classifier(hidden, n_hidden_layers, seed=seed)
     train(model, data, epochs=epochs, seed=seed)
     return model, data
 

@@ -144,7 +144,7 @@ def setup_decode(quick: bool) -> Setup:
                                 "AVX2-only CPU, on this CPU's memory",
                                 in_cache=in_cache(p.weight_bytes, decode.CACHE_MARGIN))
                   for label, p in baseline.items()]
-    moved = {k: p.weight_bytes + decode.activation_bytes(stack) for k, p in paths.items()} | moved_from_memory
+    moved = {k: p.weight_bytes + stack.activation_bytes for k, p in paths.items()} | moved_from_memory
     return Setup({k: p.fn for k, p in paths.items()}, rows, settle_s=decode.SETTLE_S,
                  against_stream=vs_stream, bytes_moved=moved)
 
@@ -171,7 +171,7 @@ def from_memory_path(decode, d_model: int, precision: str):
                              stack.weight_bytes(fmt))
     first = decode.DecodeStack(stack.layers[:CHECKED_LAYERS], stack.x)
     decode.check_paths({label: replace(path, fn=lowbit_gemv.step_fn(first, precision))}, first)
-    return path, path.weight_bytes + decode.activation_bytes(stack)
+    return path, path.weight_bytes + stack.activation_bytes
 
 
 def in_cache(weight_bytes: float, margin: float) -> str:

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from hwopt.kernels.lowbit_gemv import KernelUnavailable
-from hwopt.kernels.lowbit_gemv import find_compiler as find_c_compiler
+from hwopt.machine import toolchain
 
 HERE = Path(__file__).resolve().parent
 CFLAGS = ("-O3", "-march=native", "-fopenmp")
@@ -19,8 +19,11 @@ NativeUnavailable = KernelUnavailable  # the C code cannot be built here (no com
 
 
 def find_compiler(cc: str | None = None) -> str:
-    """Path of the C compiler to use ($CC, else gcc); NativeUnavailable when none is on PATH."""
-    return find_c_compiler(cc or os.environ.get("CC") or "gcc")
+    """Path of the C compiler (toolchain.c_compiler); NativeUnavailable when none is on PATH."""
+    try:
+        return toolchain.c_compiler(cc)
+    except toolchain.ToolMissing as error:
+        raise NativeUnavailable(str(error)) from None
 
 
 def compile_kernel(name: str, build_dir: Path, cc: str | None = None) -> Path:

@@ -50,6 +50,7 @@ def test_make_stack_shapes_and_bytes(stack):
     assert stack.d_model == 64 and len(stack.layers) == 2 and stack.layers[0].dtype == np.float32
     assert stack.n_params == 2 * 64 * 64 and stack.weight_bytes("int4") == 64 * 64
     assert stack.weight_bytes("int4_g32") == 2 * 64 * 64 * (0.5 + 4 / 32)  # + an fp32 scale per 32 weights
+    assert stack.activation_bytes == 2 * 2 * 4 * 64  # each layer reads and writes one fp32 vector
     with pytest.raises(ValueError, match="weight_format"):
         stack.weight_bytes(0.5)
     with pytest.raises(ValueError, match="n_layers"):

@@ -54,7 +54,7 @@ from hwopt.experiments import (
     speculative_decoding as sd,
 )
 from hwopt.kernels import lowbit_gemv, ort
-from hwopt.machine import bench, card, hardware, probe, specs
+from hwopt.machine import bench, card, hardware, probe, specs, toolchain
 from hwopt.models import classifier, mlp, tiny_decoder
 
 CALL_LIMIT_S = 2.0  # a bad value must be refused within this time
@@ -833,7 +833,6 @@ VALID: dict[str, Callable[[], Call]] = {
                                     signed="layers x"),
         "DecodeStack.weight_bytes": lambda: call(stack().weight_bytes, "int4_g32"),
         "layers_for_working_set": lambda: call(decode.layers_for_working_set, 64, 1e6, 0.5),
-        "activation_bytes": lambda: call(decode.activation_bytes, stack()),
         "make_stack": lambda: call(decode.make_stack, 64, 2, 0, zero="seed"),
         "reference": lambda: call(decode.reference, stack()),
         "relative_error": lambda: call(decode.relative_error, [1.0, 2.0], [1.0, 2.5],
@@ -908,7 +907,6 @@ VALID: dict[str, Callable[[], Call]] = {
     }),
     **within("kernels.lowbit_gemv", {
         "cache_dir": lambda: call(lowbit_gemv.cache_dir),
-        "find_compiler": lambda: call(lowbit_gemv.find_compiler, "gcc", text="cc"),
         "runnable_paths": lambda: call(lowbit_gemv.runnable_paths, ["AVX2", "FMA"], "x86_64", text="arch"),
         "best_path": lambda: call(lowbit_gemv.best_path, ["AVX2", "FMA"], "x86_64", text="arch"),
         "path_flags": lambda: call(lowbit_gemv.path_flags, "avx2"),
@@ -1152,6 +1150,9 @@ VALID: dict[str, Callable[[], Call]] = {
         "serving_costs": lambda: call(prefill_decode.serving_costs, phase_times(), context_sweep()),
         "lesson_summary": lambda: call(prefill_decode.lesson_summary, phase_times(), context_sweep(),
                                        kv_rows(), phase_runs(), opaque="kv_rows"),
+    }),
+    **within("machine.toolchain", {
+        "c_compiler": lambda: call(toolchain.c_compiler, "gcc", text="cc"),
     }),
     **within("models.mlp", {
         "make_mlp": lambda: call(mlp.make_mlp, 8, 2, in_features=4, out_features=3, seed=0, zero="seed"),

@@ -76,16 +76,15 @@ class DecodeStack:
         """Number of weights in the stack."""
         return sum(int(w.size) for w in self.layers)
 
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes of activations a step moves besides the weights: every layer reads its fp32 input (d_model)
+        and writes its fp32 output (d_model); small next to the weights, and counted in bytes moved."""
+        return 2 * 4 * self.d_model * len(self.layers)
+
     def weight_bytes(self, weight_format) -> float:
         """Bytes read per step with the weights stored in a format ('fp32', 'int4_g32'): weights + scales."""
         return self.n_params * formats.get(weight_format, argument="weight_format").bytes_per_weight
-
-
-def activation_bytes(stack: DecodeStack) -> int:
-    """Bytes of activations a step moves besides the weights: every layer reads its fp32 input (d_model) and
-    writes its fp32 output (d_model); small next to the weights, and counted in bytes moved per second."""
-    arguments.instance("stack", stack, DecodeStack)
-    return 2 * 4 * stack.d_model * len(stack.layers)
 
 
 def layers_for_working_set(d_model: int, min_bytes: float, bytes_per_weight: float | None = None) -> int:

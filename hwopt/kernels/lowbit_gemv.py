@@ -16,7 +16,6 @@ import functools
 import hashlib
 import os
 import platform
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from hwopt import arguments, formats
-from hwopt.machine import bench, hardware
+from hwopt.machine import bench, hardware, toolchain
 
 SOURCE = Path(__file__).with_name("lowbit_gemv.c")
 BASE_FLAGS = ("-O3", "-shared", "-fPIC", "-pthread")
@@ -103,18 +102,6 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hwopt"
 
 
-def find_compiler(cc: str | None = None) -> str:
-    """Path of the C compiler ($CC, else cc, else gcc); KernelUnavailable when none is on PATH."""
-    if cc is not None:
-        arguments.text("cc", cc)
-    names = [cc] if cc else [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
-    for name in names:
-        path = shutil.which(name)
-        if path:
-            return path
-    raise KernelUnavailable(f"no C compiler found (tried {', '.join(names)}): install gcc or clang")
-
-
 def build(cc: str | None = None, flags: tuple[str, ...] | None = None, out_dir: Path | None = None, *,
           path: str | None = None) -> Path:
     """Compile lowbit_gemv.c into a shared library (cached by source, compiler and flags); its file.
@@ -133,7 +120,10 @@ def build(cc: str | None = None, flags: tuple[str, ...] | None = None, out_dir: 
     flags = tuple(flags) if flags is not None else path_flags(path or best_path())
     if out_dir is not None:
         arguments.instance("out_dir", out_dir, (str, Path))
-    compiler = find_compiler(cc)
+    try:
+        compiler = toolchain.c_compiler(cc)
+    except toolchain.ToolMissing as error:
+        raise KernelUnavailable(str(error)) from None
     key = hashlib.sha256(SOURCE.read_bytes() + "\0".join((compiler, *flags)).encode()).hexdigest()[:16]
     out_dir = Path(out_dir) if out_dir is not None else cache_dir()
     library = out_dir / f"lowbit_gemv-{key}.so"

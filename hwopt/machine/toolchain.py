@@ -1,0 +1,29 @@
+"""The build tools on this machine: the C compiler that builds the course's C kernel (lesson 2) and the C
+references of the performance report."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from hwopt import arguments
+
+__all__ = ["ToolMissing", "c_compiler"]
+
+C_COMPILERS = ("cc", "gcc", "clang")  # tried in this order when neither an argument nor $CC names one
+
+
+class ToolMissing(RuntimeError):
+    """A build tool is not installed here; the message says which and how to install it."""
+
+
+def c_compiler(cc: str | None = None) -> str:
+    """Path of the C compiler: cc, else $CC, else the first of C_COMPILERS on PATH; ToolMissing if none."""
+    if cc is not None:
+        arguments.text("cc", cc)
+    names = [cc] if cc else [os.environ["CC"]] if os.environ.get("CC") else list(C_COMPILERS)
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            return path
+    raise ToolMissing(f"no C compiler found (tried {', '.join(names)}): install gcc or clang")

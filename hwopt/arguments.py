@@ -158,17 +158,6 @@ def instance(name: str, value, kind: type | tuple[type, ...]):
     return value
 
 
-def precision(name: str, value, supported: Collection[str] | None = None) -> str:
-    """The canonical name of a number format ('bf16' for 'bfloat16' or torch.bfloat16), via hwopt.formats;
-    with `supported`, it must also be one of those names."""
-    from hwopt import formats
-
-    fmt = formats.get(value, argument=name).name
-    if supported is not None and fmt not in supported:
-        _fail(name, "one of " + ", ".join(supported) + " here", value)
-    return fmt
-
-
 def named(name: str, check, value):
     """check(value), a ValueError it raises told as one about `name` (a check written for another argument,
     e.g. a precision checker applied to kv_precision)."""

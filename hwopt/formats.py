@@ -10,7 +10,10 @@ in FORMATS.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, replace
+
+from hwopt import arguments
 
 
 @dataclass(frozen=True)
@@ -99,8 +102,6 @@ class Format:
 
     def with_block(self, block: int) -> Format:
         """This format with `block` values per scale, the scale's format kept (int4_g128 at 32: 4.5 bits)."""
-        from hwopt import arguments
-
         block = arguments.count("block", block, "dimension")
         if not self.block:
             raise ValueError(f"block: {self.name} has no block scales to regroup; choose a block format "
@@ -175,19 +176,30 @@ FORMATS: dict[str, Format] = {f.name: f for f in _FORMATS}
 _BY_SPELLING: dict[str, Format] = {s: f for f in _FORMATS for s in (f.name, *f.aliases)}
 
 
-def get(fmt, argument: str = "precision") -> Format:
-    """The Format named by a name or alias ('bf16', 'bfloat16'), a torch dtype, or a Format itself.
+def get(fmt, argument: str = "precision", supported: Collection[str] | None = None) -> Format:
+    """The Format named by a name or alias ('bf16', 'bfloat16'), a torch dtype, or a Format itself; with
+    `supported` (canonical names), it must also be one of those.
 
     ValueError naming `argument` for anything else."""
     if isinstance(fmt, Format):
-        return fmt
-    spelling = None
-    if isinstance(fmt, str) or _is_dtype(fmt):
-        spelling = str(fmt).strip().lower().removeprefix("torch.")
-    if spelling not in _BY_SPELLING:
-        raise ValueError(f"{argument} must be one of {', '.join(FORMATS)} (or an alias or torch dtype); "
-                         f"got {fmt!r}")
-    return _BY_SPELLING[spelling]
+        found = fmt
+    else:
+        spelling = None
+        if isinstance(fmt, str) or _is_dtype(fmt):
+            spelling = str(fmt).strip().lower().removeprefix("torch.")
+        if spelling not in _BY_SPELLING:
+            raise ValueError(f"{argument} must be one of {', '.join(FORMATS)} (or an alias or torch dtype); "
+                             f"got {fmt!r}")
+        found = _BY_SPELLING[spelling]
+    if supported is not None and found.name not in supported:
+        raise ValueError(f"{argument} must be one of {', '.join(supported)} here; got {fmt!r}")
+    return found
+
+
+def name(fmt, argument: str = "precision", supported: Collection[str] | None = None) -> str:
+    """The canonical name of a format given by name, alias, torch dtype or Format ('bf16' for torch.bfloat16),
+    checked as `get` checks it."""
+    return get(fmt, argument, supported).name
 
 
 def _is_dtype(value) -> bool:

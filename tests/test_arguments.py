@@ -102,16 +102,6 @@ def test_one_of_matches_a_bool_only_to_a_bool():
         arguments.one_of("value", True, (1, 2))
 
 
-def test_precision_asks_the_one_list_of_formats():
-    assert arguments.precision("precision", "bfloat16") == "bf16"
-    assert arguments.precision("precision", torch.float32) == "fp32"
-    assert arguments.precision("dtype", "i8", supported=("fp32", "int8")) == "int8"
-    with pytest.raises(ValueError, match=r"^kv_precision must be one of fp64, fp32"):
-        arguments.precision("kv_precision", "fp7")
-    with pytest.raises(ValueError, match=r"precision must be one of fp32, int8, int4 here; got 'bf16'"):
-        arguments.precision("precision", "bf16", supported=("fp32", "int8", "int4"))
-
-
 def test_finite_array_names_the_first_bad_value_and_where_it_is():
     w = np.ones((3, 4), dtype=np.float32)
     assert arguments.finite_array("w", w, ndim=2) is w

@@ -144,3 +144,14 @@ def test_each_precision_fact_lives_in_formats_alone():
     assert not tables, f"tables of format facts outside hwopt/formats.py: {tables}"
     assert not canonicalisers, f"canonical_dtype outside hwopt/formats.py (use formats.get): {canonicalisers}"
     assert len(list(HWOPT.rglob("*.py"))) > 20  # the scan saw the package
+
+
+def test_name_and_get_check_against_the_supported_formats():
+    assert formats.name("bfloat16") == "bf16"
+    assert formats.name(torch.float32) == "fp32"
+    assert formats.name("i8", "precision", supported=("fp32", "int8")) == "int8"
+    assert formats.get(formats.FORMATS["fp16"], supported=("fp16",)).name == "fp16"
+    with pytest.raises(ValueError, match=r"^kv_precision must be one of fp64, fp32"):
+        formats.name("fp7", "kv_precision")
+    with pytest.raises(ValueError, match=r"precision must be one of fp32, int8, int4 here; got 'bf16'"):
+        formats.name("bf16", supported=("fp32", "int8", "int4"))

@@ -1304,6 +1304,7 @@ EXCLUDED: dict[str, str] = {
     "experiments.precision.runs_on": "takes any predictor and answers '-' for what it cannot place "
                                       "(tests/test_precision.py)",
     "formats.get": "the format checker itself (tests/test_formats.py): it names the argument it is told",
+    "formats.name": "formats.get's name (tests/test_formats.py): it names the argument it is told",
     "formats.bytes_per_weight": "formats.get under another name (tests/test_formats.py)",
     "formats.torch_dtype": "formats.get with a torch dtype's name (tests/test_formats.py): it names the "
                            "argument it is told",

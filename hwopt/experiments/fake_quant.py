@@ -27,7 +27,7 @@ _SIGNED_FLOATS = tuple(e.name for e in formats.ENCODINGS.values() if e.signed)
 
 
 def _format(fmt, block: int | None = None, name: str = "fmt") -> formats.Format:
-    f = fmt if isinstance(fmt, formats.Format) else formats.get(arguments.precision(name, fmt))
+    f = formats.get(fmt, name)
     return f if block is None else f.with_block(block)
 
 
@@ -197,7 +197,7 @@ def format_errors(w, fmts: Iterable[str]) -> list[dict]:
     arguments.instance("fmts", fmts, (list, tuple))
     if not fmts:
         raise ValueError("fmts must name at least one format")
-    names = [arguments.precision(f"fmts[{i}]", f) for i, f in enumerate(fmts)]
+    names = [formats.name(f, f"fmts[{i}]") for i, f in enumerate(fmts)]
     _as_numpy(w, "w")
     return [{"format": name, "bits_per_weight": formats.get(name).bits_per_weight,
              "relative_rmse": relative_rmse(fake_quantize(w, name), w),
@@ -209,7 +209,7 @@ def plot_value_grids(fmts: Iterable[str] = ("mxfp4", "fp8_e4m3", "fp8_e5m2"), ax
     from hwopt import plots
 
     arguments.instance("fmts", fmts, (list, tuple))
-    names = [arguments.precision(f"fmts[{i}]", f) for i, f in enumerate(fmts)]
+    names = [formats.name(f, f"fmts[{i}]") for i, f in enumerate(fmts)]
     if not names:
         raise ValueError("fmts must name at least one format")
     ax = plots.axes("value (log scale)", "format", title="Every positive value of each format", logx=True,

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hwopt import arguments
+from hwopt import arguments, formats
 from hwopt.experiments import fake_quant, precision
 from hwopt.models.classifier import Digits, accuracy
 
@@ -183,7 +183,7 @@ def awq_search(x: torch.Tensor, w: torch.Tensor, fmt: str = "int4_g128", grid: i
     (normalised), the output error of x @ (Q(w * s) / s).T; alpha 0 is plain quantization. Returns alpha
     (the best), scales (in,), weight (the quantized weight, float), errors {alpha: relative output error}."""
     x, w = _pair(x, w)
-    fmt = arguments.precision("fmt", fmt)
+    fmt = formats.name(fmt, "fmt")
     grid = arguments.between("grid", grid, 1, 1000, integer=True)
     exact = x @ w.T
     salience = x.abs().mean(dim=0).clamp_min(1e-4)
@@ -202,7 +202,7 @@ def weight_only_model(model: nn.Module, fmt: str = "int4_g128", awq_x: torch.Ten
                       grid: int = 20) -> nn.Module:
     """A copy of model with every Linear weight fake-quantized to fmt, activations left in float; with awq_x
     (batch, features), each layer's weight is AWQ-scaled first (awq_search on its inputs)."""
-    fmt = arguments.precision("fmt", fmt)
+    fmt = formats.name(fmt, "fmt")
     grid = arguments.between("grid", grid, 1, 1000, integer=True)
     inputs = layer_inputs(model, _tensor("awq_x", awq_x)) if awq_x is not None else None
 

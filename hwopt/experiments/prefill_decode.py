@@ -337,7 +337,7 @@ def quantize_kv(tensor: torch.Tensor, kv_format: str) -> torch.Tensor:
         raise ValueError(f"tensor must be a floating-point tensor (..., head_dim); got {tensor.dtype}, "
                          f"shape {tuple(tensor.shape)}")
     arguments.finite_array("tensor", tensor)
-    fmt = formats.get(arguments.precision("kv_format", kv_format, KV_FORMATS), argument="kv_format")
+    fmt = formats.get(kv_format, "kv_format", KV_FORMATS)
     rows = tensor.reshape(-1, tensor.shape[-1]).float()
     if fmt.kind == "int":
         out = precision.fake_quantize(rows, fmt.bits, per_channel=True)
@@ -372,7 +372,7 @@ def kv_quantization_error(model: tiny_decoder.TinyDecoder, prompt_len: int = 128
         raise ValueError(f"prompt_len must be at most {model.max_len - steps} for {steps} steps (the model's "
                          f"max_len is {model.max_len}); got {prompt_len}")
     arguments.instance("kv_formats", kv_formats, (list, tuple))
-    names = [arguments.precision(f"kv_formats[{i}]", f, KV_FORMATS) for i, f in enumerate(kv_formats)]
+    names = [formats.name(f, f"kv_formats[{i}]", KV_FORMATS) for i, f in enumerate(kv_formats)]
     if not names:
         raise ValueError("kv_formats must name at least one format")
     seed = arguments.count("seed", seed, "seed", minimum=0)

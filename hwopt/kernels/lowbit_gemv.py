@@ -308,7 +308,7 @@ def quantize_input(h) -> tuple[np.ndarray, float]:
 
 def emulate(stack, precision: str) -> np.ndarray:
     """The kernel's arithmetic in numpy (float64 sums), to check the C code against: (d_model,)."""
-    precision = arguments.precision("precision", precision, supported=WEIGHT_FORMATS)
+    precision = formats.name(precision, "precision", supported=WEIGHT_FORMATS)
     prepared = _prepare(stack, precision)
     h = stack.x.astype(np.float64)
     for weights, scale in prepared:
@@ -323,7 +323,7 @@ def emulate(stack, precision: str) -> np.ndarray:
 
 
 def _prepare(stack, precision: str) -> list[tuple[np.ndarray, np.ndarray | None]]:
-    precision = arguments.precision("precision", precision, supported=WEIGHT_FORMATS)
+    precision = formats.name(precision, "precision", supported=WEIGHT_FORMATS)
     if not (hasattr(stack, "layers") and hasattr(stack, "x")):
         raise ValueError(f"stack must have .layers and .x, as decode.make_stack() returns; got "
                          f"{type(stack).__name__}")

@@ -1,4 +1,4 @@
-"""machine.toolchain: the C compiler is found on PATH, named by an argument or $CC, and its absence is explained."""
+"""machine.toolchain: the C compiler is found by argument, $CC or PATH, and its absence is explained."""
 
 import shutil
 

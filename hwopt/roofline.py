@@ -156,6 +156,15 @@ def ridge_point(peak_flops: float, bandwidth_gbs: float) -> float:
     return peak_flops / (bandwidth_gbs * 1e9)
 
 
+def time_s(flop: float, bytes_moved: float, peak_flops: float, bandwidth_gbs: float) -> float:
+    """Roofline time (s) of work doing `flop` FLOP and moving `bytes_moved` bytes: max(compute, memory)."""
+    flop = arguments.positive("flop", flop, allow_zero=True)
+    bytes_moved = arguments.positive("bytes_moved", bytes_moved, allow_zero=True)
+    peak = arguments.positive("peak_flops", peak_flops)
+    bandwidth = arguments.positive("bandwidth_gbs", bandwidth_gbs)
+    return max(flop / peak, bytes_moved / (bandwidth * 1e9))
+
+
 def attainable_flops(intensity, peak_flops: float, bandwidth_gbs: float):
     """Roofline FLOP/s = min(peak_flops, intensity * bandwidth_gbs * 1e9); intensity may be an array."""
     arguments.positive("peak_flops", peak_flops)

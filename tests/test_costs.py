@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from hwopt import roofline
 from hwopt.cost import costs
 from hwopt.machine import specs
 
@@ -19,14 +20,14 @@ def chip(name, fp32=10.0, fp16=None, int8=None, bw=1000.0, mem=16.0, price=1.0, 
 
 
 def test_roofline_time_is_the_slower_of_compute_and_memory():
-    assert costs.roofline_time_s(1e12, 1e9, 1e12, 1000) == pytest.approx(1.0)  # compute: 1 s vs 1 ms
-    assert costs.roofline_time_s(1e6, 1e9, 1e12, 1.0) == pytest.approx(1.0)  # memory: 1 GB at 1 GB/s
+    assert roofline.time_s(1e12, 1e9, 1e12, 1000) == pytest.approx(1.0)  # compute: 1 s vs 1 ms
+    assert roofline.time_s(1e6, 1e9, 1e12, 1.0) == pytest.approx(1.0)  # memory: 1 GB at 1 GB/s
     with pytest.raises(ValueError, match="bandwidth_gbs"):
-        costs.roofline_time_s(1, 1, 1e12, 0)
-    with pytest.raises(ValueError, match="peak_flops_per_s"):
-        costs.roofline_time_s(1, 1, -1, 10)
+        roofline.time_s(1, 1, 1e12, 0)
+    with pytest.raises(ValueError, match="peak_flops"):
+        roofline.time_s(1, 1, -1, 10)
     with pytest.raises(ValueError, match="flop"):
-        costs.roofline_time_s(-1, 1, 1, 1)
+        roofline.time_s(-1, 1, 1, 1)
 
 
 def test_cost_per_million_by_hand():
@@ -56,20 +57,20 @@ def test_estimate_large_batch_turns_compute_bound_and_cheaper_per_item():
 
 def test_each_format_uses_its_own_peak_and_only_sub_byte_integers_fall_back():
     a = chip("A", fp32=10.0, int8=40.0)
-    assert costs.peak_flops(a, "int8") == pytest.approx(40e12)
-    assert costs.peak_flops(a, "int4") == pytest.approx(40e12)  # int4 weights unpacked to int8 units
-    assert "unpacked to int8" in costs.peak_basis(a, "int4_g128")
-    assert costs.peak_flops(chip("F", fp32=10.0), "int4") == pytest.approx(10e12)  # ... or to fp32 ones
-    assert costs.peak_flops(a, "fp16") is None and costs.peak_flops(a, "fp8") is None  # no silent fallback
-    assert costs.peak_basis(a, "fp8") == "no fp8_tflops in the chip table"
+    assert a.peak("int8")[0] == pytest.approx(40e12)
+    assert a.peak("int4")[0] == pytest.approx(40e12)  # int4 weights unpacked to int8 units
+    assert "unpacked to int8" in a.peak("int4_g128")[1]
+    assert chip("F", fp32=10.0).peak("int4")[0] == pytest.approx(10e12)  # ... or to fp32 ones
+    assert a.peak("fp16")[0] is None and a.peak("fp8")[0] is None  # no silent fallback
+    assert a.peak("fp8")[1] == "no fp8_tflops in the chip table"
     hopper = chip("H", fp16=100.0, bf16_tflops=100.0, fp8_tflops=200.0)
-    assert costs.peak_flops(hopper, "fp8_e4m3") == pytest.approx(200e12)
-    assert costs.peak_flops(hopper, "nvfp4") is None
+    assert hopper.peak("fp8_e4m3")[0] == pytest.approx(200e12)
+    assert hopper.peak("nvfp4")[0] is None
     blackwell = chip("B", bf16_tflops=100.0, fp8_tflops=200.0, fp4_tflops=400.0)
-    assert costs.peak_flops(blackwell, "nvfp4") == pytest.approx(400e12)
-    assert costs.peak_flops(blackwell, "mxfp4") == pytest.approx(400e12)
-    assert costs.peak_flops(chip("N", fp32=None), "fp32") is None
-    assert costs.peak_basis(chip("N", fp32=None), "fp32") == "no FLOP/s published (bandwidth and memory only)"
+    assert blackwell.peak("nvfp4")[0] == pytest.approx(400e12)
+    assert blackwell.peak("mxfp4")[0] == pytest.approx(400e12)
+    assert chip("N", fp32=None).peak("fp32")[0] is None
+    assert chip("N", fp32=None).peak("fp32")[1] == "no FLOP/s published (bandwidth and memory only)"
 
 
 def test_bytes_per_weight_come_from_the_format_scales_included():

@@ -233,14 +233,14 @@ def test_fp32_matmuls_use_matrix_units_where_the_vendor_lists_them():
     assert specs.get_chip("T4").peak_column("fp32") == "fp32_tflops"
 
 
-def test_peak_flops_unknown_or_unspecified_dtype_names_it():
-    with pytest.raises(ValueError, match="dtype must be one of"):
+def test_peak_flops_unknown_or_unspecified_precision_names_it():
+    with pytest.raises(ValueError, match="precision must be one of"):
         specs.get_chip("T4").peak_flops("float128")
-    with pytest.raises(ValueError, match="dtype 'float64'.*no column for fp64"):
+    with pytest.raises(ValueError, match="precision 'float64'.*no fp64 peak in the chip table"):
         specs.get_chip("T4").peak_flops("float64")
-    with pytest.raises(ValueError, match="dtype 'float32'.*TPU v5e.*no fp32_tflops"):
+    with pytest.raises(ValueError, match="precision 'float32'.*TPU v5e.*no fp32_tflops"):
         specs.get_chip("TPU v5e").peak_flops("float32")
-    with pytest.raises(ValueError, match="Apple M4.*no fp32_tflops"):
+    with pytest.raises(ValueError, match="Apple M4 has no dense fp32 figure: no FLOP/s published"):
         specs.get_chip("Apple M4").peak_flops()
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hwopt import arguments, plots
+from hwopt import arguments, plots, roofline
 from hwopt.machine import bench
 
 BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -120,14 +120,12 @@ def fit_latency_model(batch_sizes, latencies_ms, *, relative: bool = True) -> La
 def predicted_latency_ms(params: float, batch_size, peak_flops: float, bandwidth_gbs: float,
                          bytes_per_weight: float = 4.0) -> float:
     """Roofline latency (ms) of a dense model's batch: max(2 params b / peak, weight bytes / bandwidth)."""
-    from hwopt.cost.costs import roofline_time_s
-
     params = arguments.positive("params", params)
     b = arguments.count("batch_size", batch_size, "batch")
     arguments.positive("peak_flops", peak_flops)
     arguments.positive("bandwidth_gbs", bandwidth_gbs)
     bytes_per_weight = arguments.positive("bytes_per_weight", bytes_per_weight)
-    return 1e3 * roofline_time_s(2.0 * params * b, params * bytes_per_weight, peak_flops, bandwidth_gbs)
+    return 1e3 * roofline.time_s(2.0 * params * b, params * bytes_per_weight, peak_flops, bandwidth_gbs)
 
 
 def batch1_regime(weight_bytes: float, cache_name: str, cache_bytes: int | None) -> str:

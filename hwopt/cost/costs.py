@@ -23,11 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hwopt import arguments, formats, plots
+from hwopt import arguments, formats, plots, roofline
 
 # The formats the explorer offers: one of each kind of peak column in the chip table.
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8_e4m3", "int8", "int4", "nvfp4")
-UNPACKED_TO = ("int8", "fp16", "bf16", "fp32")  # where sub-byte integer weights are computed, best first
 
 
 def _number(value) -> float | None:
@@ -39,48 +38,19 @@ def _number(value) -> float | None:
     return x if math.isfinite(x) and x > 0 else None
 
 
-def _sub_byte_int(fmt: formats.Format) -> bool:
-    """True for integer weights narrower than a byte: they are unpacked to wider units to compute."""
-    return fmt.kind == "int" and fmt.bits < 8
-
-
 def _format(precision) -> formats.Format:
     """The Format of precision; ValueError naming `precision` if unknown or without chip-table peaks."""
     fmt = formats.get(precision, argument="precision")
-    if not fmt.peak_column and not _sub_byte_int(fmt):
+    if not fmt.peak_column and not (fmt.kind == "int" and fmt.bits < 8):  # sub-byte ints unpack
         raise ValueError(f"precision {fmt.name!r} has no peaks in the chip table; "
                          f"expected one of {', '.join(PRECISIONS)} (or another format with a peak column)")
     return fmt
 
 
-def _peak(chip, fmt: formats.Format) -> tuple[float | None, str]:
-    """(peak FLOP/s or None, the column used and why, or why there is none)."""
-    if fmt.peak_column and chip.has_dtype(fmt):
-        return chip.peak_flops(fmt), chip.peak_column(fmt)
-    if _sub_byte_int(fmt):
-        for wider in UNPACKED_TO:
-            if chip.has_dtype(wider):
-                return chip.peak_flops(wider), f"{chip.peak_column(wider)} ({fmt.name} unpacked to {wider})"
-    if not chip.peaks():
-        return None, "no FLOP/s published (bandwidth and memory only)"
-    unpack = f" and no {'/'.join(UNPACKED_TO)} peak to unpack to" if _sub_byte_int(fmt) else ""
-    return None, f"no {fmt.peak_column or fmt.name + ' peak'}{unpack} in the chip table"
-
-
-def peak_flops(chip, precision="fp32") -> float | None:
-    """Spec-sheet peak (FLOP/s or OP/s) of a specs.Chip for precision by the rules above; None if none."""
-    return _peak(_chip(chip), _format(precision))[0]
-
-
-def peak_basis(chip, precision="fp32") -> str:
-    """The chip-table column that peak_flops uses for precision, or why the chip has none."""
-    return _peak(_chip(chip), _format(precision))[1]
-
-
 def skipped(precision="fp32", chips: Sequence | None = None) -> list[tuple[str, str]]:
     """(chip name, reason) for every chip the cost model leaves out at precision."""
     fmt = _format(precision)
-    return [(c.name, why) for c in _chips(chips) for flops, why in [_peak(c, fmt)] if flops is None]
+    return [(c.name, why) for c in _chips(chips) for flops, why in [c.peak(fmt)] if flops is None]
 
 
 def _skipped_lines(precision, chips, width: int = 110) -> list[str]:
@@ -97,15 +67,6 @@ def _skipped_lines(precision, chips, width: int = 110) -> list[str]:
             text = "    " + text[cut + 2:]
         lines.append(text)
     return lines
-
-
-def roofline_time_s(flop: float, bytes_moved: float, peak_flops_per_s: float, bandwidth_gbs: float) -> float:
-    """Roofline time (s) of work doing `flop` FLOP and moving `bytes_moved` bytes: max(compute, memory)."""
-    flop = arguments.positive("flop", flop, allow_zero=True)
-    bytes_moved = arguments.positive("bytes_moved", bytes_moved, allow_zero=True)
-    peak = arguments.positive("peak_flops_per_s", peak_flops_per_s)
-    bandwidth = arguments.positive("bandwidth_gbs", bandwidth_gbs)
-    return max(flop / peak, bytes_moved / (bandwidth * 1e9))
 
 
 def cost_per_million_usd(seconds_per_inference: float, price_per_hour_usd: float) -> float:
@@ -148,11 +109,11 @@ def estimate(params: float, batch_size: int = 1, precision="fp32", chips: Sequen
     flop = 2.0 * params * batch_size
     rows = []
     for chip in _chips(chips):
-        peak, basis = _peak(chip, fmt)
+        peak, basis = chip.peak(fmt)
         bandwidth = _number(getattr(chip, "bandwidth_gbs", None))
         if peak is None or bandwidth is None:
             continue  # listed by skipped()
-        seconds = roofline_time_s(flop, step_bytes, peak, bandwidth)
+        seconds = roofline.time_s(flop, step_bytes, peak, bandwidth)
         memory = _number(getattr(chip, "memory_bytes", None))
         fits = memory is None or step_bytes <= memory
         price = _number(getattr(chip, "price_per_hour_usd", None))
@@ -241,7 +202,7 @@ def beyond_the_bound(params: float, batch_size: int, precision, chip, extra_byte
     extra_label = arguments.text("extra_label", extra_label)
     fmt = _format(precision)
     _chip(chip)
-    peak, basis = _peak(chip, fmt)
+    peak, basis = chip.peak(fmt)
     if peak is None:
         raise ValueError(f"chip {chip.name!r} has no peak for {fmt.name}: {basis}")
     price = _number(getattr(chip, "price_per_hour_usd", None))
@@ -250,7 +211,7 @@ def beyond_the_bound(params: float, batch_size: int, precision, chip, extra_byte
     weight_bytes, flop = params * fmt.bytes_per_weight, 2.0 * params * batch_size
 
     def usd(step_bytes):
-        seconds = roofline_time_s(flop, step_bytes, peak, chip.bandwidth_gbs) / batch_size
+        seconds = roofline.time_s(flop, step_bytes, peak, chip.bandwidth_gbs) / batch_size
         return cost_per_million_usd(seconds, price)
 
     bound, more = usd(weight_bytes), usd(weight_bytes + extra_bytes)
@@ -324,7 +285,7 @@ def chip_rows(chips: Sequence | None = None, precision="bf16") -> list[dict]:
     fmt = _format(precision)
     rows = []
     for c in _chips(chips):
-        peak, basis = _peak(c, fmt)
+        peak, basis = c.peak(fmt)
         bandwidth = _number(getattr(c, "bandwidth_gbs", None))
         if peak is None or bandwidth is None:
             continue

@@ -32,6 +32,7 @@ PEAK_COLUMNS = ("fp32_tflops", "fp32_matrix_tflops", "fp16_tflops", "bf16_tflops
                 "int8_tops", "int4_tops")
 # A format column's twin on matrix units, where the table has one (a matmul runs there when it is given).
 MATRIX_COLUMNS = {"fp32_tflops": "fp32_matrix_tflops"}
+UNPACKED_TO = ("int8", "fp16", "bf16", "fp32")  # where sub-byte integer weights are computed, best first
 NUMBER_COLUMNS = (*PEAK_COLUMNS, "memory_gib", "bandwidth_gbs", "tdp_w", "instance_price_per_hour_usd",
                   "chips_per_instance")
 DATE_COLUMNS = ("read_date", "price_read_date")
@@ -86,38 +87,53 @@ class Chip:
         """The peak columns this row fills: column -> TFLOPS (TOPS for integers)."""
         return {c: getattr(self, c) for c in PEAK_COLUMNS if getattr(self, c) is not None}
 
-    def peak_column(self, dtype="fp32") -> str | None:
-        """The column holding dtype's matmul peak (matrix units where listed), None if the row has none."""
-        column = formats.get(dtype, argument="dtype").peak_column
+    def peak_column(self, precision="fp32") -> str | None:
+        """The column of precision's matmul peak (matrix units where listed); None if the row has none."""
+        column = formats.get(precision).peak_column
         for candidate in (MATRIX_COLUMNS.get(column), column):
             if candidate and getattr(self, candidate, None) is not None:
                 return candidate
         return None
 
-    def has_dtype(self, dtype) -> bool:
-        """True when the table gives a peak for this format (a name, alias or torch dtype)."""
-        return self.peak_column(dtype) is not None
+    def has_dtype(self, precision) -> bool:
+        """True when the table gives a peak in precision's own column (a name, alias or torch dtype)."""
+        return self.peak_column(precision) is not None
 
-    def peak_flops(self, dtype="fp32") -> float:
-        """Dense matmul peak in FLOP/s (OP/s for integers) for dtype; ValueError if the table has none."""
-        fmt = formats.get(dtype, argument="dtype")
-        column = self.peak_column(fmt)
-        if column is None:
-            where = f"no {fmt.peak_column}" if fmt.peak_column else f"no column for {fmt.name} peaks"
-            raise ValueError(f"dtype {dtype!r}: {self.name} has {where} in the chip table "
-                             f"(the vendor gives no dense {fmt.name} figure)")
-        return getattr(self, column) * 1e12
+    def peak(self, precision="fp32") -> tuple[float | None, str]:
+        """(dense matmul peak in FLOP/s, OP/s for integers, or None; the column used and why, or why there is
+        none). The one fallback is physical: integer weights narrower than a byte (int4, int2) are unpacked to
+        the first of UNPACKED_TO this chip lists, where the table gives no peak of their own."""
+        fmt = formats.get(precision)
+        if column := self.peak_column(fmt):
+            return getattr(self, column) * 1e12, column
+        if fmt.kind == "int" and fmt.bits < 8:  # unpacked to wider units to compute
+            for wider in UNPACKED_TO:
+                if column := self.peak_column(wider):
+                    return getattr(self, column) * 1e12, f"{column} ({fmt.name} unpacked to {wider})"
+        if not self.peaks():
+            return None, "no FLOP/s published (bandwidth and memory only)"
+        sub_byte = fmt.kind == "int" and fmt.bits < 8
+        unpack = f" and no {'/'.join(UNPACKED_TO)} peak to unpack to" if sub_byte else ""
+        return None, f"no {fmt.peak_column or fmt.name + ' peak'}{unpack} in the chip table"
 
-    def ridge_point(self, dtype="fp32") -> float:
-        """FLOP/byte where this chip turns from memory-bound to compute-bound for dtype."""
-        return roofline.ridge_point(self.peak_flops(dtype), self.bandwidth_gbs)
+    def peak_flops(self, precision="fp32") -> float:
+        """Dense matmul peak in FLOP/s (OP/s for integers) for precision (see peak); ValueError if none."""
+        flops, basis = self.peak(precision)
+        if flops is None:
+            raise ValueError(f"precision {precision!r}: {self.name} has no dense {formats.get(precision).name} "
+                             f"figure: {basis}")
+        return flops
 
-    def ceiling(self, dtype="fp32", label: str | None = None) -> roofline.Ceiling:
-        """This chip's spec-sheet roof for dtype, ready for roofline.plot_roofline."""
+    def ridge_point(self, precision="fp32") -> float:
+        """FLOP/byte where this chip turns from memory-bound to compute-bound for precision."""
+        return roofline.ridge_point(self.peak_flops(precision), self.bandwidth_gbs)
+
+    def ceiling(self, precision="fp32", label: str | None = None) -> roofline.Ceiling:
+        """This chip's spec-sheet roof for precision, ready for roofline.plot_roofline."""
         if label is not None:
             arguments.text("label", label)
-        label = label or f"{self.name} {formats.get(dtype, argument='dtype').name} (spec)"
-        return roofline.Ceiling(label, self.peak_flops(dtype), self.bandwidth_gbs)
+        label = label or f"{self.name} {formats.get(precision).name} (spec)"
+        return roofline.Ceiling(label, self.peak_flops(precision), self.bandwidth_gbs)
 
     def to_dict(self) -> dict:
         """Plain dict of the row plus the computed price_per_hour_usd."""

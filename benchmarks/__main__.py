@@ -27,14 +27,14 @@ def measured_probe(doc: dict):
     fl = next((r["candidate"]["median"] for n, r in rows.items() if n.startswith("FLOP/s probe")), None)
     if bw is None or fl is None:
         return None
-    return SimpleNamespace(bandwidth_gbs=bw, flops_by_dtype={"float32": fl * 1e9})
+    return SimpleNamespace(bandwidth_gbs=bw, flops_by_precision={"fp32": fl * 1e9})
 
 
 def machine_card(measured=None) -> dict:
     """The toolkit's machine card for the CPU (machine.card), with section 1's probe medians when measured."""
     from hwopt.machine import card
 
-    c = card.machine_card(probe=measured is not None, device="cpu", dtypes=("float32",),
+    c = card.machine_card(probe=measured is not None, device="cpu", precisions=("fp32",),
                           probe_fn=lambda *_: measured)
     return {"card": c.render(), "details": c.to_dict()}
 

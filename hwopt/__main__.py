@@ -24,8 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--probe", action="store_true", help="measure memory bandwidth and matmul FLOP/s")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N or mps")
-    info.add_argument("--dtypes", default=None,
-                      help="comma-separated matmul dtypes to probe, e.g. float32,int8 (default: all)")
+    info.add_argument("--precisions", default=None,
+                      help="comma-separated formats to probe matmuls in, e.g. fp32,int8 (default: all)")
     info.add_argument("--full", action="store_true", help="longer, steadier probe (default: quick)")
     lab = sub.add_parser("lab", help="open the course in JupyterLab on 127.0.0.1 (as `make lab`)")
     test = sub.add_parser("test", help="lint, then every test (as `make test`); extra arguments go to pytest")
@@ -92,10 +92,11 @@ def main(argv=None, probe_fn=None) -> int:
         return course_command(args)
     from hwopt.machine.card import machine_card
 
-    dtypes = None if args.dtypes is None else [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    precisions = (None if args.precisions is None
+                  else [d.strip() for d in args.precisions.split(",") if d.strip()])
     try:
         card = machine_card(probe=args.probe, device=args.device, quick=not args.full, probe_fn=probe_fn,
-                            dtypes=dtypes)
+                            precisions=precisions)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

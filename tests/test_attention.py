@@ -71,7 +71,8 @@ def test_measure_report_and_plot():
     assert at.plot_attention(points) is not None
     with pytest.raises(ValueError, match="variants"):
         at.measure_attention([64], variants=["sdpa"])
-    assert at.fresh_memory_gbs(1 << 20, repeats=2) is None or at.fresh_memory_gbs(1 << 20, repeats=2) > 0
+    fresh_gbs = at.fresh_memory_gbs(1 << 20, repeats=2)  # None where the timing is too noisy to tell
+    assert fresh_gbs is None or fresh_gbs > 0
 
 
 def test_mismatched_shapes_are_refused():

@@ -17,12 +17,12 @@ from hwopt.machine.hardware import GPUInfo
 
 def fake_probe(bandwidth_gbs=24.0, **flops):
     """A probe_fn that returns fixed ceilings and records what it was asked."""
-    flops = flops or {"float32": 120e9, "int8": 230e9}
+    flops = flops or {"fp32": 120e9, "int8": 230e9}
     calls = []
 
-    def probe_fn(device, dtypes, quick):
-        calls.append((device, dtypes, quick))
-        return types.SimpleNamespace(bandwidth_gbs=bandwidth_gbs, flops_by_dtype=flops)
+    def probe_fn(device, precisions, quick):
+        calls.append((device, precisions, quick))
+        return types.SimpleNamespace(bandwidth_gbs=bandwidth_gbs, flops_by_precision=flops)
 
     probe_fn.calls = calls
     return probe_fn
@@ -88,12 +88,12 @@ def test_card_without_probe_says_how_to_measure(here):
 
 def test_card_with_fake_probe_computes_ridges_and_closest_chips(here):
     probe_fn = fake_probe()
-    c = machine_card(probe=True, device="cpu", dtypes=["fp32", "int8"], machine=here, probe_fn=probe_fn)
-    assert probe_fn.calls == [("cpu", ["float32", "int8"], True)]
-    assert c.ridge_points() == {"float32": pytest.approx(5.0), "int8": pytest.approx(230 / 24)}
+    c = machine_card(probe=True, device="cpu", precisions=["fp32", "int8"], machine=here, probe_fn=probe_fn)
+    assert probe_fn.calls == [("cpu", ["fp32", "int8"], True)]
+    assert c.ridge_points() == {"fp32": pytest.approx(5.0), "int8": pytest.approx(230 / 24)}
     assert [x.measured for x in c.ceilings()] == [True, True]
     assert all(isinstance(x, roofline.Ceiling) for x in c.ceilings())
-    assert len(c.closest) == 3 and "float32" in c.closest_basis
+    assert len(c.closest) == 3 and "fp32" in c.closest_basis
     expected = specs.closest_chips(24.0, 120e9, n=3)
     assert [ch.name for ch, _ in c.closest] == [ch.name for ch, _ in expected]
     text = str(c)
@@ -101,7 +101,7 @@ def test_card_with_fake_probe_computes_ridges_and_closest_chips(here):
     assert "230 GOP/s" in text
     assert "Closest chips" in text and expected[0][0].name in text
     d = json.loads(c.to_json())
-    assert d["measured"]["ridge_flop_per_byte"]["float32"] == pytest.approx(5.0)
+    assert d["measured"]["ridge_flop_per_byte"]["fp32"] == pytest.approx(5.0)
     assert d["closest_chips"][0]["source_url"].startswith("https://")
 
 
@@ -137,8 +137,9 @@ def test_card_n_closest_zero_and_repr_pretty(here):
 
 
 @pytest.mark.parametrize("kwargs, arg", [
-    ({"probe": "yes"}, "probe"), ({"dtypes": "float32"}, "dtypes"), ({"dtypes": []}, "dtypes"),
-    ({"dtypes": ["float128"]}, "dtype"), ({"n_closest": -1}, "n_closest"), ({"device": "tpu"}, "device"),
+    ({"probe": "yes"}, "probe"), ({"precisions": "fp32"}, "precisions"), ({"precisions": []}, "precisions"),
+    ({"precisions": ["float128"]}, "precisions"), ({"n_closest": -1}, "n_closest"),
+    ({"device": "tpu"}, "device"),
 ])
 def test_machine_card_bad_input_names_the_argument(kwargs, arg, here):
     with pytest.raises(ValueError, match=arg):
@@ -149,7 +150,7 @@ def test_machine_card_bad_input_names_the_argument(kwargs, arg, here):
 
 
 def test_cli_main_probe_and_json_in_process(capsys):
-    assert cli.main(["info", "--probe", "--device", "cpu", "--dtypes", "float32,int8"], fake_probe()) == 0
+    assert cli.main(["info", "--probe", "--device", "cpu", "--precisions", "fp32,int8"], fake_probe()) == 0
     assert "Measured ceilings on cpu" in capsys.readouterr().out
     assert cli.main(["info", "--probe", "--json", "--device", "cpu"], fake_probe()) == 0
     assert json.loads(capsys.readouterr().out)["measured"]["bandwidth_gbs"] == 24.0

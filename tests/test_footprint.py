@@ -69,8 +69,8 @@ def test_kv_cache_precision_is_its_own_choice():
     for kv, ratio in (("fp32", 2), ("bf16", 1), ("int8", 0.5), ("int4", 0.25)):
         kv_gb = footprint.memory_breakdown(s, 4, 4096, "int8", kv_precision=kv).kv_cache_gb
         assert kv_gb == pytest.approx(fp16.kv_cache_gb * ratio), kv
-    assert footprint.kv_format("fp32") == "fp32" and footprint.kv_format("int8") == "fp16"
-    assert footprint.kv_format("int8", "float8_e4m3fn") == "fp8_e4m3"
+    assert footprint.kv_precision_for("fp32") == "fp32" and footprint.kv_precision_for("int8") == "fp16"
+    assert footprint.kv_precision_for("int8", "float8_e4m3fn") == "fp8_e4m3"
     narrow = footprint.max_batch_size(s, 4096, 24, "int8", kv_precision="fp8_e4m3", naive_attention=False)
     assert narrow > footprint.max_batch_size(s, 4096, 24, "int8", naive_attention=False) >= 1
     with pytest.raises(ValueError, match="kv_precision must be one of"):
@@ -106,7 +106,7 @@ def test_memory_explorer_redraws(monkeypatch):
     box.controls["memory_gb"].value = 16.0
     box.controls["batch_size"].value = 64
     assert len(shown) == 3 and "OUT OF MEMORY" in shown[-1].axes[0].get_title()
-    assert set(footprint.KV_CHOICES) >= {"fp32", "fp16", "bf16", "fp8_e4m3", "int8", "int4"}
+    assert set(footprint.KV_PRECISIONS) >= {"fp32", "fp16", "bf16", "fp8_e4m3", "int8", "int4"}
     box.controls["precision"].value = "int4_g128"
     assert "int4_g128 weights, fp16 KV cache" in shown[-1].axes[0].get_title()
     box.controls["kv_precision"].value = "fp8_e4m3"

@@ -96,21 +96,21 @@ def test_quantize_kv_errors_follow_the_bits():
     assert torch.all((pd.quantize_kv(x, "int8") - x).abs() <= per_vector_max / 127 / 2 + 1e-6)
     again = pd.quantize_kv(pd.quantize_kv(x, "fp8_e4m3"), "fp8_e4m3")
     assert torch.allclose(again, pd.quantize_kv(x, "fp8_e4m3"))
-    with pytest.raises(ValueError, match="kv_format"):
+    with pytest.raises(ValueError, match="kv_precision"):
         pd.quantize_kv(x, "nvfp4")
     with pytest.raises(ValueError, match="tensor"):
         pd.quantize_kv(torch.zeros(3, dtype=torch.long), "int8")
 
 
 def test_kv_quantization_error_is_zero_at_full_precision_and_grows_with_fewer_bits(model):
-    rows = pd.kv_quantization_error(model, prompt_len=24, kv_formats=("fp32", "fp16", "int8", "int4"),
+    rows = pd.kv_quantization_error(model, prompt_len=24, kv_precisions=("fp32", "fp16", "int8", "int4"),
                                     steps=4)
-    by = {r["kv_format"]: r for r in rows}
+    by = {r["kv_precision"]: r for r in rows}
     assert by["fp32"]["logit_relative_rmse"] == 0 and by["fp32"]["top1_agreement"] == 1.0
     assert 0 < by["fp16"]["logit_relative_rmse"] < by["int8"]["logit_relative_rmse"] \
         < by["int4"]["logit_relative_rmse"]
     assert by["int8"]["kv_bytes_per_token"] == by["fp32"]["kv_bytes_per_token"] / 4
-    assert "same top-1" in pd.kv_format_table(rows)
+    assert "same top-1" in pd.kv_precision_table(rows)
 
 
 def test_serving_costs_and_summary_come_from_the_measurements(model):
@@ -123,7 +123,7 @@ def test_serving_costs_and_summary_come_from_the_measurements(model):
     requests = serving.mixed_requests(20, 10.0, 4, 64, 0.2, 4.0)
     runs = {"whole prompts": serving.simulate_chunked_prefill(*requests, 4, **costs),
             "chunks of 16": serving.simulate_chunked_prefill(*requests, 4, **costs, chunk_tokens=16)}
-    rows = pd.kv_quantization_error(model, prompt_len=8, kv_formats=("fp16", "int8"), steps=2)
+    rows = pd.kv_quantization_error(model, prompt_len=8, kv_precisions=("fp16", "int8"), steps=2)
     text = pd.lesson_summary(times, sweep, rows, runs)
     assert f"{times.ttft[-1].median_ms:,.1f} ms" in text and "int8" in text and "chunks of 16" in text
 
@@ -144,4 +144,4 @@ def test_cuda_branch_on_the_cpu(model, monkeypatch):
     syncs.clear()
     sweep = pd.decode_vs_context(model, (4, 8), batch_size=2, device="cuda", repeats=1)
     assert sweep.steps[0].device == "cuda" and syncs
-    assert pd.kv_quantization_error(model, 8, ("int8",), 2, device="cuda")[0]["kv_format"] == "int8"
+    assert pd.kv_quantization_error(model, 8, ("int8",), 2, device="cuda")[0]["kv_precision"] == "int8"

@@ -350,8 +350,8 @@ def machine_info() -> hardware.MachineInfo:
     return hardware.MachineInfo("Linux", "x86_64", "AMD EPYC", 2, 2, ["AVX2", "FMA"], 8.0)
 
 
-def fake_probe(device, dtypes, quick):
-    return probe.Ceilings(device, 40.0, {"float32": 2e11})
+def fake_probe(device, precisions, quick):
+    return probe.Ceilings(device, 40.0, {"fp32": 2e11})
 
 
 @functools.cache
@@ -654,7 +654,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "load_shapes": lambda: call(footprint.load_shapes, footprint.SHAPES_CSV),
         "get_shape": lambda: call(footprint.get_shape, "Llama-3-8B", footprint.SHAPES_CSV),
         "activation_precision": lambda: call(footprint.activation_precision, "int4"),
-        "kv_format": lambda: call(footprint.kv_format, "fp16", "int8"),
+        "kv_precision_for": lambda: call(footprint.kv_precision_for, "fp16", "int8"),
         "weights_bytes": lambda: call(footprint.weights_bytes, shape(), "int8"),
         "kv_cache_bytes": lambda: call(footprint.kv_cache_bytes, shape(), 2, 128, "fp16"),
         "activation_bytes": lambda: call(footprint.activation_bytes, shape(), 2, 128, "fp16",
@@ -741,7 +741,7 @@ VALID: dict[str, Callable[[], Call]] = {
     **within("machine.specs", {
         "Chip.peaks": lambda: call(chip().peaks),
         "Chip.peak_column": lambda: call(chip().peak_column, "int8"),
-        "Chip.has_dtype": lambda: call(chip().has_dtype, "int8"),
+        "Chip.has_peak_column": lambda: call(chip().has_peak_column, "int8"),
         "Chip.peak": lambda: call(chip().peak, "int4"),
         "Chip.peak_flops": lambda: call(chip().peak_flops, "fp16"),
         "Chip.ridge_point": lambda: call(chip().ridge_point, "fp32"),
@@ -750,7 +750,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "load_chips": lambda: call(specs.load_chips, str(specs.CHIPS_CSV)),
         "get_chip": lambda: call(specs.get_chip, "h100 sxm", str(specs.CHIPS_CSV)),
         "chips_by_kind": lambda: call(specs.chips_by_kind, "cpu", str(specs.CHIPS_CSV)),
-        "closest_chips": lambda: call(specs.closest_chips, 40.0, 2e11, 2, dtype="fp32",
+        "closest_chips": lambda: call(specs.closest_chips, 40.0, 2e11, 2, precision="fp32",
                                       path=str(specs.CHIPS_CSV)),
         "table": lambda: call(specs.table, chips()[:4], "fp16"),
         "compare_bandwidth": lambda: call(specs.compare_bandwidth, chip(), specs.get_chip("h100 sxm")),
@@ -766,7 +766,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "MachineCard.to_dict": lambda: call(machine_card().to_dict),
         "MachineCard.to_json": lambda: call(machine_card().to_json, 2, zero="indent"),
         "MachineCard.render": lambda: call(machine_card().render),
-        "machine_card": lambda: call(card.machine_card, probe=True, device="cpu", dtypes=["float32"],
+        "machine_card": lambda: call(card.machine_card, probe=True, device="cpu", precisions=["fp32"],
                                      quick=True, n_closest=2, probe_fn=fake_probe,
                                      machine=machine_info(), zero="n_closest"),
     }),
@@ -797,9 +797,9 @@ VALID: dict[str, Callable[[], Call]] = {
         "default_array_mb": lambda: call(probe.default_array_mb, "cpu"),
         "triad_bytes": lambda: call(probe.triad_bytes, 1024, "fp32"),
         "memory_bandwidth_gbs": lambda: call(probe.memory_bandwidth_gbs, "cpu", size_mb=1.0, repeats=2,
-                                             dtype="float32", clock=time.perf_counter,
+                                             precision="fp32", clock=time.perf_counter,
                                              bounded="size_mb"),
-        "matmul_flops": lambda: call(probe.matmul_flops, "float32", "cpu", 32, quick=True,
+        "matmul_flops": lambda: call(probe.matmul_flops, "fp32", "cpu", 32, quick=True,
                                      budget_s=0.5, clock=time.perf_counter, bounded="budget_s"),
         "Ceilings.peak_flops": lambda: call(ceilings().peak_flops, "fp32"),
         "Ceilings.ridge_point": lambda: call(ceilings().ridge_point, "fp32"),
@@ -807,7 +807,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "Ceilings.to_dict": lambda: call(ceilings().to_dict),
         # The valid call measures bandwidth on arrays 4x the last-level cache and matmuls for seconds (see
         # tests/test_probe.py); the bad values are refused before any measuring.
-        "probe": lambda: call(probe.probe, "cpu", ["float32"], True, threads=1, progress=False,
+        "probe": lambda: call(probe.probe, "cpu", ["fp32"], True, threads=1, progress=False,
                               run_valid=False),
     }),
     **within("models.classifier", {
@@ -1107,7 +1107,7 @@ VALID: dict[str, Callable[[], Call]] = {
     }),
     **within("experiments.roofline_points", {
         "matmul_sweep": lambda: call(roofline_points.matmul_sweep, (16, 32), "cpu",
-                                     "float32", False),
+                                     "fp32", False),
         "predicted_matmul_flops": lambda: call(roofline_points.predicted_matmul_flops, 256,
                                                1e12, 100.0, 2.0),
         "plot_matmul_sweep": lambda: call(roofline_points.plot_matmul_sweep, (16, 32),
@@ -1144,7 +1144,7 @@ VALID: dict[str, Callable[[], Call]] = {
                                     signed="tensor"),
         "kv_quantization_error": lambda: call(prefill_decode.kv_quantization_error, decoder(), 4, ("int8",),
                                               2, "cpu", 0, zero="seed"),
-        "kv_format_table": lambda: call(prefill_decode.kv_format_table, kv_rows(), opaque="rows"),
+        "kv_precision_table": lambda: call(prefill_decode.kv_precision_table, kv_rows(), opaque="rows"),
         "serving_costs": lambda: call(prefill_decode.serving_costs, phase_times(), context_sweep()),
         "lesson_summary": lambda: call(prefill_decode.lesson_summary, phase_times(), context_sweep(),
                                        kv_rows(), phase_runs(), opaque="kv_rows"),

@@ -215,14 +215,14 @@ def test_peak_flops_accepts_every_spelling_including_torch_dtypes():
     assert t4.peak_flops("fp32") == t4.peak_flops("float32") == t4.peak_flops(torch.float32) == 8.1e12
     assert t4.peak_flops("fp16") == t4.peak_flops(torch.float16) == t4.peak_flops("half") == 65e12
     assert t4.peak_flops("int8") == 130e12 and t4.peak_flops("int4_g128") == 260e12
-    assert not t4.has_dtype("bf16") and not t4.has_dtype(torch.bfloat16)
-    assert t4.has_dtype("int8") and not specs.get_chip("Gaudi 3").has_dtype("int8")
+    assert not t4.has_peak_column("bf16") and not t4.has_peak_column(torch.bfloat16)
+    assert t4.has_peak_column("int8") and not specs.get_chip("Gaudi 3").has_peak_column("int8")
 
 
 def test_each_format_reads_its_own_column():
     h100, b200 = specs.get_chip("H100 SXM"), specs.get_chip("B200")
     assert h100.peak_column("fp8") == h100.peak_column("fp8_e5m2") == "fp8_tflops"
-    assert h100.peak_flops("fp8_e4m3") == 1978.9e12 and not h100.has_dtype("nvfp4")
+    assert h100.peak_flops("fp8_e4m3") == 1978.9e12 and not h100.has_peak_column("nvfp4")
     assert b200.peak_flops("nvfp4") == b200.peak_flops("mxfp4") == 9000e12
     assert specs.get_chip("A100").peak_column("bf16") == "bf16_tflops"
 
@@ -272,18 +272,18 @@ def test_closest_chips_finds_the_exact_match_first():
     assert len(found) == 3 and found[1][1] >= found[0][1]
 
 
-def test_closest_chips_by_bandwidth_alone_and_by_dtype():
+def test_closest_chips_by_bandwidth_alone_and_by_precision():
     assert specs.closest_chips(1008)[0][0].name == "NVIDIA RTX 4090"
-    tpus = specs.closest_chips(819, 197e12, dtype="bf16", n=1)
+    tpus = specs.closest_chips(819, 197e12, precision="bf16", n=1)
     assert tpus[0][0].name == "Google TPU v5e"
     # with fp32 FLOP/s, chips without an fp32 peak (TPUs, Apple M3/M4) are skipped
-    assert all(c.has_dtype("fp32") for c, _ in specs.closest_chips(819, 197e12, n=60))
+    assert all(c.has_peak_column("fp32") for c, _ in specs.closest_chips(819, 197e12, n=60))
 
 
 @pytest.mark.parametrize("kwargs, arg", [
     ({"bandwidth_gbs": 0}, "bandwidth_gbs"), ({"bandwidth_gbs": None}, "bandwidth_gbs"),
     ({"bandwidth_gbs": 10, "flops": -1.0}, "flops"), ({"bandwidth_gbs": 10, "n": 0}, "n"),
-    ({"bandwidth_gbs": 10, "dtype": "fp128"}, "dtype"),
+    ({"bandwidth_gbs": 10, "precision": "fp128"}, "precision"),
 ])
 def test_closest_chips_bad_input(kwargs, arg):
     with pytest.raises(ValueError, match=arg):
@@ -291,12 +291,12 @@ def test_closest_chips_bad_input(kwargs, arg):
 
 
 def test_table_rows_have_ridge_points_where_the_dtype_exists():
-    rows = specs.table(dtype="bf16")
+    rows = specs.table(precision="bf16")
     by_name = {r["name"]: r for r in rows}
     assert by_name["NVIDIA A100 80GB SXM"]["ridge_flop_per_byte"] == pytest.approx(312e12 / 2039e9)
     assert by_name["NVIDIA T4"]["peak_tflops"] is None and by_name["AMD EPYC 7763"]["peak_column"] is None
     with pytest.raises(ValueError, match="dtype"):
-        specs.table(dtype="fp128")
+        specs.table(precision="fp128")
 
 
 def test_compare_bandwidth_puts_datasheet_against_datasheet():

@@ -23,7 +23,7 @@ from hwopt.data import DATA_DIR
 SHAPES_CSV = DATA_DIR / "model_shapes.csv"
 GB = 1e9
 WEIGHT_CHOICES = ("fp32", "fp16", "fp8_e4m3", "int8", "int4_g128")  # the explorer's weight formats
-KV_CHOICES = ("fp32", "fp16", "bf16", "fp8_e4m3", "int8", "int4")  # the explorer's KV-cache formats
+KV_PRECISIONS = ("fp32", "fp16", "bf16", "fp8_e4m3", "int8", "int4")  # the explorer's KV-cache formats
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ def activation_precision(precision) -> str:
     return weights.name if weights.kind == "float" and weights.bits >= 16 else "fp16"
 
 
-def kv_format(precision, kv_precision=None) -> str:
+def kv_precision_for(precision, kv_precision=None) -> str:
     """Name of the KV cache's format: kv_precision (checked as that argument), or if None the activations'."""
     activations = activation_precision(precision)
     if kv_precision is None:
@@ -208,7 +208,7 @@ def memory_breakdown(
     format, see activation_precision) in GB, for batch_size sequences of seq_len tokens."""
     _sizes(shape, batch_size, seq_len)
     act_precision = activation_precision(precision)
-    kv_precision = kv_format(precision, kv_precision)
+    kv_precision = kv_precision_for(precision, kv_precision)
     return MemoryBreakdown(
         weights_gb=weights_bytes(shape, precision) / GB,
         activations_gb=activation_bytes(
@@ -282,7 +282,7 @@ def oom_fix(
     if fits(b, memory_gb):
         return f"fits: {b.total_gb:.1f} GB of {memory_gb:g} GB"
     oom = f"out of memory ({b.total_gb:.1f} GB > {memory_gb:g} GB)"
-    kv = kv_format(precision, kv_precision)
+    kv = kv_precision_for(precision, kv_precision)
     fp8 = "fp8_e4m3" if formats.bytes_per_weight(kv) > formats.bytes_per_weight("fp8_e4m3") else kv
     fixes = [("fused (flash) attention", precision, kv)]
     if fp8 != kv:
@@ -320,7 +320,7 @@ def plot_memory(
     b = memory_breakdown(shape, batch_size, seq_len, precision, kv_precision=kv_precision,
                          naive_attention=naive_attention)
     verdict = "fits" if fits(b, memory_gb) else "OUT OF MEMORY"
-    formats_used = f"{precision} weights, {kv_format(precision, kv_precision)} KV cache"
+    formats_used = f"{precision} weights, {kv_precision_for(precision, kv_precision)} KV cache"
     ax = plots.axes(
         "memory (GB)",
         shape.name,
@@ -364,7 +364,7 @@ def memory_explorer(memory_gb_by_device: dict[str, float], shapes: list[ModelSha
         show,
         model=widgets.dropdown("model", [(s.name, s) for s in shapes], shapes[min(1, len(shapes) - 1)]),
         precision=widgets.toggle("weights", WEIGHT_CHOICES, "fp16"),
-        kv_precision=widgets.dropdown("KV cache", KV_CHOICES, "fp16"),
+        kv_precision=widgets.dropdown("KV cache", KV_PRECISIONS, "fp16"),
         batch_size=widgets.int_slider("batch size", 1, 128, 8),
         seq_len=widgets.int_slider("sequence length", 128, 32768, 4096, step=128, unit="tokens"),
         memory_gb=widgets.dropdown("device", list(memory_gb_by_device.items())),

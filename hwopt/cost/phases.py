@@ -72,7 +72,7 @@ def _check(shape, batch_size, precision, kv_precision) -> tuple[float, str]:
     arguments.instance("shape", shape, footprint.ModelShape)
     arguments.count("batch_size", batch_size, "batch")
     weight_format = formats.get(precision, argument="precision")
-    return weight_format.bytes_per_weight, footprint.kv_format(weight_format.name, kv_precision)
+    return weight_format.bytes_per_weight, footprint.kv_precision_for(weight_format.name, kv_precision)
 
 
 def prefill_cost(shape: footprint.ModelShape, prompt_len: int, batch_size: int = 1, precision: str = "fp16",
@@ -150,7 +150,7 @@ def phase_table(shapes, prompt_len: int, context_len: int, batch_size: int = 1, 
         arguments.instance(f"shapes[{i}]", s, footprint.ModelShape)
         pre = prefill_cost(s, prompt_len, batch_size, precision)
         dec = decode_cost(s, context_len, batch_size, precision)
-        kv_kb = kv_bytes_per_token(s, footprint.kv_format(precision)) / 1024
+        kv_kb = kv_bytes_per_token(s, footprint.kv_precision_for(precision)) / 1024
         line = f"{s.name:<18}{pre.intensity:>15,.1f}{dec.intensity:>15,.2f}{kv_kb:>13,.0f}"
         if timed:
             line += (f"{pre.time_s(peak_flops, bandwidth_gbs) * 1e3:>12,.1f}"

@@ -102,7 +102,7 @@ def _card_text(folder: Path) -> str:
              f"GPU      {gpus}", f"Device   {card.get('device', '?')}",
              f"Runtime  torch {machine.get('torch_version')}, onnxruntime {machine.get('ort_version')}"]
     if measured:
-        flops = measured["flops_by_dtype"].items()
+        flops = measured["flops_by_precision"].items()
         lines.append(f"Measured memory bandwidth {measured['bandwidth_gbs']:.1f} GB/s; matmul "
                      + ", ".join(f"{d} {f / 1e9:,.0f} G(FL)OP/s" for d, f in flops))
     return "\n".join(lines)

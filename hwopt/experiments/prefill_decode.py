@@ -18,8 +18,6 @@ from hwopt.experiments import precision
 from hwopt.machine import bench
 from hwopt.models import tiny_decoder
 
-KV_FORMATS = footprint.KV_CHOICES  # the KV-cache formats quantize_kv stores a cache in
-
 
 def shape_of(model: tiny_decoder.TinyDecoder) -> footprint.ModelShape:
     """The tiny decoder as a ModelShape (plain 4x MLP, one K and V per head, untied head; biases and norms,
@@ -329,15 +327,15 @@ def plot_decode_vs_context(sweep: ContextSweep, ax=None):
 # ---- KV-cache precision: the real cache stored in fewer bits ---------------------------------------------
 
 
-def quantize_kv(tensor: torch.Tensor, kv_format: str) -> torch.Tensor:
-    """tensor (..., head_dim) stored in kv_format and read back (same dtype): floats by a cast (fp8 with a
+def quantize_kv(tensor: torch.Tensor, kv_precision: str) -> torch.Tensor:
+    """tensor (..., head_dim) stored in kv_precision and read back (same dtype): floats by a cast (fp8 with a
     scale per vector of head_dim), ints with a symmetric scale per vector (precision.fake_quantize)."""
     arguments.instance("tensor", tensor, torch.Tensor)
     if not tensor.is_floating_point() or tensor.dim() < 1:
         raise ValueError(f"tensor must be a floating-point tensor (..., head_dim); got {tensor.dtype}, "
                          f"shape {tuple(tensor.shape)}")
     arguments.finite_array("tensor", tensor)
-    fmt = formats.get(kv_format, "kv_format", KV_FORMATS)
+    fmt = formats.get(kv_precision, "kv_precision", footprint.KV_PRECISIONS)
     rows = tensor.reshape(-1, tensor.shape[-1]).float()
     if fmt.kind == "int":
         out = precision.fake_quantize(rows, fmt.bits, per_channel=True)
@@ -354,12 +352,12 @@ def _relative_rms(error: torch.Tensor, reference: torch.Tensor) -> float:
     return float(error.float().pow(2).mean().sqrt() / reference.float().pow(2).mean().sqrt())
 
 
-def _quantized(caches, kv_format):
-    return [tuple(quantize_kv(t, kv_format) for t in pair) for pair in caches]
+def _quantized(caches, kv_precision):
+    return [tuple(quantize_kv(t, kv_precision) for t in pair) for pair in caches]
 
 
 @torch.inference_mode()
-def kv_quantization_error(model: tiny_decoder.TinyDecoder, prompt_len: int = 128, kv_formats=("fp16",
+def kv_quantization_error(model: tiny_decoder.TinyDecoder, prompt_len: int = 128, kv_precisions=("fp16",
                           "fp8_e4m3", "int8"), steps: int = 16, device="cpu", seed: int = 0) -> list[dict]:
     """Store the model's real K/V cache in each format and decode `steps` tokens on the full-precision path's
     tokens: per format its bytes per token, relative RMS error of K/V and of the logits, top-1 agreement."""
@@ -371,10 +369,11 @@ def kv_quantization_error(model: tiny_decoder.TinyDecoder, prompt_len: int = 128
     if prompt_len + steps > model.max_len:
         raise ValueError(f"prompt_len must be at most {model.max_len - steps} for {steps} steps (the model's "
                          f"max_len is {model.max_len}); got {prompt_len}")
-    arguments.instance("kv_formats", kv_formats, (list, tuple))
-    names = [formats.name(f, f"kv_formats[{i}]", KV_FORMATS) for i, f in enumerate(kv_formats)]
+    arguments.instance("kv_precisions", kv_precisions, (list, tuple))
+    names = [formats.name(f, f"kv_precisions[{i}]", footprint.KV_PRECISIONS)
+             for i, f in enumerate(kv_precisions)]
     if not names:
-        raise ValueError("kv_formats must name at least one format")
+        raise ValueError("kv_precisions must name at least one format")
     seed = arguments.count("seed", seed, "seed", minimum=0)
     logits, caches = model(_prompt(model, 1, prompt_len, seed))
     tokens, reference = [], []
@@ -397,7 +396,7 @@ def kv_quantization_error(model: tiny_decoder.TinyDecoder, prompt_len: int = 128
             out.append(step_logits[:, -1].float())
         out = torch.cat(out)
         rows.append({
-            "kv_format": name,
+            "kv_precision": name,
             "kv_bytes_per_token": phases.kv_bytes_per_token(shape_of(model), name),
             "kv_relative_rmse": _relative_rms(kv_err, kv_ref),
             "logit_relative_rmse": _relative_rms(out - reference, reference),
@@ -406,14 +405,14 @@ def kv_quantization_error(model: tiny_decoder.TinyDecoder, prompt_len: int = 128
     return rows
 
 
-def kv_format_table(rows: list[dict]) -> str:
+def kv_precision_table(rows: list[dict]) -> str:
     """kv_quantization_error's rows as a table."""
     arguments.instance("rows", rows, list)
-    keys = {"kv_format", "kv_bytes_per_token", "kv_relative_rmse", "logit_relative_rmse", "top1_agreement"}
+    keys = {"kv_precision", "kv_bytes_per_token", "kv_relative_rmse", "logit_relative_rmse", "top1_agreement"}
     if not rows or not all(isinstance(r, dict) and keys <= set(r) for r in rows):
         raise ValueError("rows must be kv_quantization_error(...)'s list of dicts")
     lines = [f"{'KV format':<10}{'KB/token':>9}{'K/V error':>11}{'logit error':>13}{'same top-1':>12}"]
-    lines += [f"{r['kv_format']:<10}{r['kv_bytes_per_token'] / 1024:>9,.1f}{r['kv_relative_rmse']:>11.2e}"
+    lines += [f"{r['kv_precision']:<10}{r['kv_bytes_per_token'] / 1024:>9,.1f}{r['kv_relative_rmse']:>11.2e}"
               f"{r['logit_relative_rmse']:>13.2e}{r['top1_agreement']:>12.0%}" for r in rows]
     return "\n".join(lines)
 
@@ -439,7 +438,7 @@ def lesson_summary(times: PhaseTimes, sweep: ContextSweep, kv_rows: list[dict], 
 
     arguments.instance("times", times, PhaseTimes)
     arguments.instance("sweep", sweep, ContextSweep)
-    arguments.named("kv_rows", kv_format_table, kv_rows)  # checks the rows
+    arguments.named("kv_rows", kv_precision_table, kv_rows)  # checks the rows
     arguments.instance("runs", runs, dict)
     if len(runs) != 2 or not all(isinstance(s, serving.PhaseLatencyStats) for s in runs.values()):
         raise ValueError("runs must be {label: PhaseLatencyStats} of two runs: whole prompts, then chunked")
@@ -454,7 +453,8 @@ def lesson_summary(times: PhaseTimes, sweep: ContextSweep, kv_rows: list[dict], 
         f"- At batch {sweep.batch_size}, going from {sweep.contexts[0]} to {sweep.contexts[-1]} tokens of "
         f"context made a decode step {sweep.measured_slowdowns()[-1]:.2f}x slower; bytes moved predicted "
         f"{sweep.predicted_slowdowns()[-1]:.2f}x (predicted / measured {sweep.slowdown_ratio():.2f}).",
-        f"- Storing the cache in {best['kv_format']} ({best['kv_bytes_per_token'] / 1024:,.1f} KB per token) "
+        f"- Storing the cache in {best['kv_precision']} ({best['kv_bytes_per_token'] / 1024:,.1f} KB per "
+        "token) "
         f"changed the logits by {best['logit_relative_rmse']:.1e} (relative RMS) and kept "
         f"{best['top1_agreement']:.0%} of the greedy tokens.",
         f"- {chunk_label}: worst gap between two tokens {chunked.percentile('tpot', 100):,.1f} ms, against "

@@ -16,7 +16,7 @@ from hwopt.machine import bench, probe
 MATMUL_SIZES: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048)
 
 
-def matmul_sweep(sizes: Sequence[int] = MATMUL_SIZES, device="cpu", dtype="float32",
+def matmul_sweep(sizes: Sequence[int] = MATMUL_SIZES, device="cpu", precision="fp32",
                  progress: bool = True) -> list[float]:
     """Best measured FLOP/s (2 n^3 per product) of an n x n matmul at each size, via probe.matmul_flops."""
     from tqdm.auto import tqdm
@@ -24,9 +24,9 @@ def matmul_sweep(sizes: Sequence[int] = MATMUL_SIZES, device="cpu", dtype="float
     sizes = arguments.finite_array("sizes", sizes, ndim=1, integer=True, minimum=1,
                                    maximum=arguments.LIMITS["dimension"]).tolist()
     device = bench.resolve_device(device)
-    dtype = arguments.one_of("dtype", formats.torch_dtype(dtype, argument="dtype"), probe.MATMUL_DTYPES)
+    precision = formats.name(precision, supported=probe.MATMUL_PRECISIONS)
     progress = arguments.boolean("progress", progress)
-    return [probe.matmul_flops(dtype, device, n=n)
+    return [probe.matmul_flops(precision, device, n=n)
             for n in tqdm(sizes, desc=f"matmul sizes on {device}", disable=not progress)]
 
 

@@ -9,8 +9,9 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from hwopt import arguments, roofline
-from hwopt.machine import hardware, specs
+from hwopt import arguments, formats, roofline
+from hwopt.machine import bench, hardware, specs
+from hwopt.machine import probe as probe_module
 
 
 def _tokens(text: str) -> set[str]:
@@ -43,7 +44,7 @@ def widest_simd(simd) -> str:
 
 def _fp32_tflops(chip: specs.Chip) -> float | None:
     """A chip's fp32 matmul peak in TFLOP/s (matrix units where listed), None if the table has none."""
-    return chip.peak_flops("fp32") / 1e12 if chip.has_dtype("fp32") else None
+    return chip.peak_flops("fp32") / 1e12 if chip.has_peak_column("fp32") else None
 
 
 def format_flops(flops: float, unit: str = "FLOP/s") -> str:
@@ -64,7 +65,7 @@ class MachineCard:
     device: str
     device_spec: specs.Chip | None = None
     bandwidth_gbs: float | None = None
-    flops_by_dtype: dict[str, float] = field(default_factory=dict)
+    flops_by_precision: dict[str, float] = field(default_factory=dict)
     closest: list[tuple[specs.Chip, float]] = field(default_factory=list)
     closest_basis: str = ""
 
@@ -89,18 +90,18 @@ class MachineCard:
         return re.sub(r"[^a-z0-9]+", "-", name.lower().replace("(r)", "").replace("(tm)", "")).strip("-")
 
     def ridge_points(self) -> dict[str, float]:
-        """Measured ridge point (FLOP/byte) per dtype: measured FLOP/s / measured bandwidth."""
+        """Measured ridge point (FLOP/byte) per precision: measured FLOP/s / measured bandwidth."""
         if not self.measured:
             return {}
         bw = self.bandwidth_gbs
-        return {d: roofline.ridge_point(f, bw) for d, f in self.flops_by_dtype.items() if f > 0}
+        return {d: roofline.ridge_point(f, bw) for d, f in self.flops_by_precision.items() if f > 0}
 
     def ceilings(self) -> list[roofline.Ceiling]:
-        """Measured roofs per dtype for roofline.plot_roofline ([] without a probe)."""
+        """Measured roofs per precision for roofline.plot_roofline ([] without a probe)."""
         if not self.measured:
             return []
         return [roofline.Ceiling(f"{self.device} {d} (measured)", f, self.bandwidth_gbs, measured=True)
-                for d, f in self.flops_by_dtype.items() if f > 0]
+                for d, f in self.flops_by_precision.items() if f > 0]
 
     def to_dict(self) -> dict:
         """JSON-ready dict of everything on the card."""
@@ -109,7 +110,8 @@ class MachineCard:
             "simd_meaning": self.machine.simd_meaning(),
             "device": self.device,
             "device_spec": self.device_spec.to_dict() if self.device_spec else None,
-            "measured": {"bandwidth_gbs": self.bandwidth_gbs, "flops_by_dtype": dict(self.flops_by_dtype),
+            "measured": {"bandwidth_gbs": self.bandwidth_gbs,
+                         "flops_by_precision": dict(self.flops_by_precision),
                          "ridge_flop_per_byte": self.ridge_points()} if self.measured else None,
             "closest_chips": [{"name": c.name, "kind": c.kind, "bandwidth_gbs": c.bandwidth_gbs,
                                "fp32_tflops": _fp32_tflops(c), "log10_distance": round(d, 3),
@@ -131,28 +133,28 @@ class MachineCard:
         if self.device_spec:
             c = self.device_spec
             lines.append(f"  spec sheet ({c.name}): {c.bandwidth_gbs:g} GB/s"
-                         + "".join(f", {d} {format_flops(c.peak_flops(d))}" for d in ("float32", "bfloat16")
-                                   if c.has_dtype(d)))
+                         + "".join(f", {d} {format_flops(c.peak_flops(d))}" for d in ("fp32", "bf16")
+                                   if c.has_peak_column(d)))
         if self.measured:
             lines.append(f"Measured ceilings on {self.device}:")
             spec = self.device_spec
             frac = f"  ({self.bandwidth_gbs / spec.bandwidth_gbs:.0%} of spec)" if spec else ""
             lines.append(f"  memory bandwidth  {self.bandwidth_gbs:8.1f} GB/s{frac}")
             ridges = self.ridge_points()
-            for dtype, flops in self.flops_by_dtype.items():
+            for precision, flops in self.flops_by_precision.items():
                 frac = ""
-                if spec and spec.has_dtype(dtype):
-                    frac = f"  ({flops / spec.peak_flops(dtype):.0%} of spec)"
-                ridge = f"ridge {ridges[dtype]:6.2f} FLOP/byte" if dtype in ridges else "not measured"
-                unit = "OP/s" if dtype.startswith("int") else "FLOP/s"
-                lines.append(f"  matmul {dtype:<10} {format_flops(flops, unit):>14}   {ridge}{frac}")
+                if spec and spec.has_peak_column(precision):
+                    frac = f"  ({flops / spec.peak_flops(precision):.0%} of spec)"
+                ridge = f"ridge {ridges[precision]:6.2f} FLOP/byte" if precision in ridges else "not measured"
+                unit = "OP/s" if precision.startswith("int") else "FLOP/s"
+                lines.append(f"  matmul {precision:<10} {format_flops(flops, unit):>14}   {ridge}{frac}")
             lines.append("  Kernels below the ridge point are memory-bound here; above it, compute-bound.")
         else:
             lines.append("Not measured: run with probe=True (CLI: --probe) for bandwidth and matmul FLOP/s.")
         if self.closest:
             lines.append(f"\nClosest chips in hwopt/data/chips.csv ({self.closest_basis}):")
             for chip, dist in self.closest:
-                fp32 = f", fp32 {_fp32_tflops(chip):g} TFLOP/s" if chip.has_dtype("fp32") else ""
+                fp32 = f", fp32 {_fp32_tflops(chip):g} TFLOP/s" if chip.has_peak_column("fp32") else ""
                 lines.append(f"  {chip.name:<28} {chip.kind:<11} {chip.bandwidth_gbs:7g} GB/s{fp32}"
                              f"   ~{10 ** dist:.3g}x away")
         return "\n".join(lines)
@@ -164,29 +166,23 @@ class MachineCard:
         p.text(self.render())
 
 
-def _default_probe(device: str, dtypes, quick: bool):
-    from hwopt.machine import probe as probe_module
-
-    return probe_module.probe(device=device, dtypes=dtypes, quick=quick)
+def _default_probe(device: str, precisions, quick: bool):
+    return probe_module.probe(device=device, precisions=precisions, quick=quick)
 
 
-def machine_card(probe: bool = False, device: str = "auto", dtypes=None, quick: bool = True,
+def machine_card(probe: bool = False, device: str = "auto", precisions=None, quick: bool = True,
                  n_closest: int = 3, probe_fn=None, machine=None) -> MachineCard:
-    """Build the card; probe=True measures bandwidth and matmul FLOP/s on device (quick: seconds per dtype).
+    """Build the card; probe=True measures bandwidth and matmul FLOP/s on device (quick: seconds each).
 
-    dtypes: matmul dtypes to probe (None: the probe's defaults for the device);
-    probe_fn(device, dtypes, quick) replaces probe.probe (tests); machine replaces hardware.machine().
+    precisions: the formats to probe matmuls in (None: the probe's defaults for the device);
+    probe_fn(device, precisions, quick) replaces probe.probe (tests); machine replaces hardware.machine().
     """
-    from hwopt.machine import bench
-
     probe = arguments.boolean("probe", probe)
     quick = arguments.boolean("quick", quick)
-    if dtypes is not None:
-        from hwopt import formats
-
-        if isinstance(dtypes, str) or not isinstance(dtypes, list | tuple) or not dtypes:
-            raise ValueError(f"dtypes must be None or a non-empty list like ['float32']; got {dtypes!r}")
-        dtypes = [formats.torch_dtype(d, argument="dtypes") for d in dtypes]
+    if precisions is not None:
+        if isinstance(precisions, str) or not isinstance(precisions, list | tuple) or not precisions:
+            raise ValueError(f"precisions must be None or a non-empty list like ['fp32']; got {precisions!r}")
+        precisions = [formats.name(d, f"precisions[{i}]") for i, d in enumerate(precisions)]
     n_closest = arguments.count("n_closest", n_closest, "items", minimum=0)
     if probe_fn is not None:
         arguments.function("probe_fn", probe_fn)
@@ -206,18 +202,18 @@ def machine_card(probe: bool = False, device: str = "auto", dtypes=None, quick: 
         spec = spec_for_device_name(info.cpu_model, [c for c in chips if c.kind == "cpu"])
     card = MachineCard(machine=info, device=dev, device_spec=spec)
     if probe:
-        result = (probe_fn or _default_probe)(dev, dtypes, quick)
+        result = (probe_fn or _default_probe)(dev, precisions, quick)
         card.bandwidth_gbs = float(result.bandwidth_gbs)
-        card.flops_by_dtype = {str(k): float(v) for k, v in result.flops_by_dtype.items()}
-    fp32 = card.flops_by_dtype.get("float32")
+        card.flops_by_precision = {str(k): float(v) for k, v in result.flops_by_precision.items()}
+    fp32 = card.flops_by_precision.get("fp32")
     if n_closest == 0:
         pass
     elif card.measured:
-        card.closest = specs.closest_chips(card.bandwidth_gbs, fp32 or None, n=n_closest, dtype="fp32")
-        card.closest_basis = "measured bandwidth" + (" and float32 matmul FLOP/s" if fp32 else "")
+        card.closest = specs.closest_chips(card.bandwidth_gbs, fp32 or None, n=n_closest, precision="fp32")
+        card.closest_basis = "measured bandwidth" + (" and fp32 matmul FLOP/s" if fp32 else "")
     elif spec is not None:
-        card.closest = [(c, d) for c, d in specs.closest_chips(
-            spec.bandwidth_gbs, spec.peak_flops("fp32") if spec.has_dtype("fp32") else None, n=n_closest + 1)
-            if c.name != spec.name][:n_closest]
+        spec_fp32 = spec.peak_flops("fp32") if spec.has_peak_column("fp32") else None
+        card.closest = [(c, d) for c, d in specs.closest_chips(spec.bandwidth_gbs, spec_fp32, n=n_closest + 1)
+                        if c.name != spec.name][:n_closest]
         card.closest_basis = f"spec-sheet neighbours of {spec.name}"
     return card

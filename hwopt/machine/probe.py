@@ -1,9 +1,10 @@
-"""Live ceilings of the learner's machine: memory bandwidth (GB/s) and peak matmul FLOP/s per dtype.
+"""Live ceilings of the learner's machine: memory bandwidth (GB/s) and peak matmul FLOP/s per precision.
 
 Bandwidth is STREAM Triad done by torch, a = b + 3*c, counted as STREAM does (3 arrays read or written once,
 no write-allocate), on arrays far larger than the last-level cache. Matmul FLOP/s count 2*n^3 per n x n
 product and keep the best of the available libraries (torch, and numpy's BLAS on CPU) over a size sweep that
-stops at a time budget, so slow dtypes (fp16 on most CPUs) still finish in seconds.
+stops at a time budget, so slow precisions (fp16 on most CPUs) still finish in seconds. Precisions are
+hwopt.formats names ('fp32', 'bf16', ...); torch dtypes appear only where torch is called.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from hwopt import arguments, formats, roofline
 from hwopt.machine import bench
 
 CPU_CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"  # Linux sysfs: one index*/ folder per cache of cpu0
-DEFAULT_DTYPES = {
-    "cpu": ("float32", "bfloat16", "float16", "int8"),
-    "cuda": ("float32", "bfloat16", "float16", "int8"),
-    "mps": ("float32", "float16"),
+DEFAULT_PRECISIONS = {
+    "cpu": ("fp32", "bf16", "fp16", "int8"),
+    "cuda": ("fp32", "bf16", "fp16", "int8"),
+    "mps": ("fp32", "fp16"),
 }
-MATMUL_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8")  # what _matmul_fns can multiply
-MATMUL_BUDGET_S = {True: 3.0, False: 15.0}  # seconds per dtype for the size sweep: quick, full
+MATMUL_PRECISIONS = ("fp32", "fp64", "fp16", "bf16", "int8")  # what _matmul_fns can multiply
+BANDWIDTH_PRECISIONS = ("fp32", "fp64", "fp16", "bf16")  # element types of the bandwidth probe's arrays
+MATMUL_BUDGET_S = {True: 3.0, False: 15.0}  # seconds per precision for the size sweep: quick, full
 REPEATS = {True: 5, False: 7}  # timed repeats per size: quick, full
 KEEP_LIBRARY = 0.8  # from n=512 on, a library slower than this fraction of the best is not tried larger
 MATMUL_MIN_N = 128  # first size of the sweep
@@ -37,13 +39,13 @@ MATMUL_MAX_N = {
 }
 
 
-class UnsupportedDtype(ValueError):
-    """This dtype has no matmul path on this device."""
+class UnsupportedPrecision(ValueError):
+    """This precision has no matmul path on this device."""
 
 
-def _element_bytes(dtype: str) -> int:
-    """Bytes of one element of a torch dtype name ('float32' -> 4), from formats."""
-    return formats.get(dtype, argument="dtype").bits // 8
+def _element_bytes(precision: str) -> int:
+    """Bytes of one element of a format ('fp32' -> 4)."""
+    return formats.get(precision).bits // 8
 
 
 def _device_kind(device) -> str:
@@ -109,10 +111,10 @@ def default_array_mb(device="cpu") -> float:
     return float(min(512, max(64, 4 * llc / 2**20)))
 
 
-def triad_bytes(n_elements: int, dtype="float32") -> int:
+def triad_bytes(n_elements: int, precision="fp32") -> int:
     """Bytes STREAM counts for one Triad a = b + s*c: 3 arrays x n_elements x bytes per element."""
     n_elements = arguments.count("n_elements", n_elements, "elements")
-    return 3 * n_elements * _element_bytes(formats.torch_dtype(dtype))
+    return 3 * n_elements * _element_bytes(formats.name(precision, supported=BANDWIDTH_PRECISIONS))
 
 
 def memory_bandwidth_gbs(
@@ -120,7 +122,7 @@ def memory_bandwidth_gbs(
     *,
     size_mb: float | None = None,
     repeats: int = 10,
-    dtype="float32",
+    precision="fp32",
     clock: Callable[[], float] = time.perf_counter,
 ) -> float:
     """Best STREAM-Triad bandwidth in GB/s over `repeats`, with torch.add(b, c, alpha=3, out=a).
@@ -130,37 +132,35 @@ def memory_bandwidth_gbs(
     import torch
 
     device = bench.resolve_device(device)
-    dtype = formats.torch_dtype(dtype)
-    if dtype not in ("float32", "float64", "float16", "bfloat16"):
-        raise ValueError(f"dtype must be a floating-point type for the bandwidth probe; got {dtype!r}")
+    precision = formats.name(precision, supported=BANDWIDTH_PRECISIONS)
     if size_mb is None:
         size_mb = default_array_mb(device)
     size_mb = arguments.positive("size_mb", size_mb, maximum=arguments.LIMITS["megabytes"])
     arguments.count("repeats", repeats, "repeats")
     arguments.function("clock", clock)
-    n = max(1, int(size_mb * 2**20) // _element_bytes(dtype))
-    tdtype = getattr(torch, dtype)
+    n = max(1, int(size_mb * 2**20) // _element_bytes(precision))
+    tdtype = getattr(torch, formats.torch_dtype(precision))
     a = torch.zeros(n, dtype=tdtype, device=device)  # zeros/full touch every page before timing
     b = torch.full((n,), 1.0, dtype=tdtype, device=device)
     c = torch.full((n,), 2.0, dtype=tdtype, device=device)
     m = _quiet_time(
         lambda: torch.add(b, c, alpha=3, out=a), device=device, warmup=2, repeats=repeats, clock=clock
     )
-    return triad_bytes(n, dtype) / m.min_s / 1e9
+    return triad_bytes(n, precision) / m.min_s / 1e9
 
 
-def _matmul_fns(dtype: str, device: str, n: int) -> dict[str, Callable[[], object]]:
-    """Zero-argument functions that each multiply two n x n matrices of `dtype` on `device`, by library."""
+def _matmul_fns(precision: str, device: str, n: int) -> dict[str, Callable[[], object]]:
+    """Zero-argument functions, one per library, multiplying two n x n matrices of `precision` on `device`."""
     import torch
 
     kind = device.split(":")[0]
-    if dtype == "int8":
+    if precision == "int8":
         if kind == "cuda":
             a = torch.randint(-64, 64, (n, n), dtype=torch.int8, device=device)
             b = torch.randint(-64, 64, (n, n), dtype=torch.int8, device=device)
             return {"torch._int_mm": lambda: torch._int_mm(a, b)}
         if kind != "cpu":
-            raise UnsupportedDtype(f"dtype 'int8' has no matmul probe on device {device!r}")
+            raise UnsupportedPrecision(f"precision 'int8' has no matmul probe on device {device!r}")
         with warnings.catch_warnings():  # torch.ao.quantization warns that it is deprecated
             warnings.simplefilter("ignore")
             from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
@@ -171,18 +171,18 @@ def _matmul_fns(dtype: str, device: str, n: int) -> dict[str, Callable[[], objec
             )
         x = torch.rand(n, n)
         return {"torch dynamic int8 Linear": lambda: layer(x)}
-    tdtype = getattr(torch, dtype)
+    tdtype = getattr(torch, formats.torch_dtype(precision))
     a = torch.rand(n, n, device=device).to(tdtype)
     b = torch.rand(n, n, device=device).to(tdtype)
     fns: dict[str, Callable[[], object]] = {"torch": lambda: torch.matmul(a, b)}
-    if kind == "cpu" and dtype in ("float32", "float64"):
+    if kind == "cpu" and precision in ("fp32", "fp64"):
         an, bn = a.numpy(), b.numpy()
         fns["numpy"] = lambda: an @ bn
     return fns
 
 
 def matmul_flops(
-    dtype="float32",
+    precision="fp32",
     device="cpu",
     n: int | None = None,
     *,
@@ -190,28 +190,30 @@ def matmul_flops(
     budget_s: float | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> float:
-    """Best matmul FLOP/s (2*n^3 per product) for `dtype`; n=None sweeps n = 128, 256, ... within budget_s."""
+    """Best matmul FLOP/s (2*n^3 per product) for `precision`; n=None sweeps n = 128, 256, ... within
+    budget_s."""
     device = bench.resolve_device(device)
-    dtype = formats.torch_dtype(dtype)
-    if dtype not in MATMUL_DTYPES:
-        raise UnsupportedDtype(f"dtype {dtype!r} has no matmul probe; probed: {', '.join(MATMUL_DTYPES)}")
+    precision = formats.name(precision)
+    if precision not in MATMUL_PRECISIONS:
+        raise UnsupportedPrecision(f"precision {precision!r} has no matmul probe; probed: "
+                                   f"{', '.join(MATMUL_PRECISIONS)}")
     quick = arguments.boolean("quick", quick)
     arguments.function("clock", clock)
     if budget_s is not None:
         arguments.positive("budget_s", budget_s, maximum=arguments.LIMITS["seconds"])
-    if dtype == "float64" and device.startswith("mps"):
-        raise UnsupportedDtype("dtype 'float64' is not supported on MPS")
+    if precision == "fp64" and device.startswith("mps"):
+        raise UnsupportedPrecision("precision 'fp64' is not supported on MPS")
     if n is not None:
         n = arguments.count("n", n, "dimension")
         rates = _flops_by_library(
-            _matmul_fns(dtype, device, n), device, n, WARMUP, REPEATS[bool(quick)], clock
+            _matmul_fns(precision, device, n), device, n, WARMUP, REPEATS[bool(quick)], clock
         )
         return max(rates.values())
     if budget_s is None:
         budget_s = MATMUL_BUDGET_S[bool(quick)]
     n_max, repeats = MATMUL_MAX_N[device.split(":")[0]][bool(quick)], REPEATS[bool(quick)]
     start, size, best, warmup = clock(), MATMUL_MIN_N, 0.0, WARMUP
-    fns = _matmul_fns(dtype, device, size)
+    fns = _matmul_fns(precision, device, size)
     while True:
         rates = _flops_by_library(fns, device, size, warmup, repeats, clock)
         best = max(best, *rates.values())
@@ -220,7 +222,7 @@ def matmul_flops(
         keep = {
             lib for lib, rate in rates.items() if rate >= KEEP_LIBRARY * max(rates.values()) or size < 512
         }
-        fns = {lib: fn for lib, fn in _matmul_fns(dtype, device, 2 * size).items() if lib in keep}
+        fns = {lib: fn for lib, fn in _matmul_fns(precision, device, 2 * size).items() if lib in keep}
         trial_s = sum(bench._run(fn, 1, device, clock) for fn in fns.values())  # also the first warm-up
         if clock() - start + trial_s * (repeats + WARMUP - 1) > budget_s:
             return best  # one call per library says the next size would overrun the budget
@@ -239,28 +241,29 @@ def _flops_by_library(
 
 @dataclass(frozen=True)
 class Ceilings:
-    """Measured ceilings of one device: bandwidth (GB/s) and peak FLOP/s per dtype."""
+    """Measured ceilings of one device: bandwidth (GB/s) and peak FLOP/s per precision (formats names)."""
 
     device: str
     bandwidth_gbs: float
-    flops_by_dtype: dict[str, float] = field(default_factory=dict)
+    flops_by_precision: dict[str, float] = field(default_factory=dict)
     threads: int = 1
     quick: bool = True
 
-    def peak_flops(self, dtype="float32") -> float:
-        """Measured peak FLOP/s for dtype."""
-        key = formats.torch_dtype(dtype)
-        if key not in self.flops_by_dtype:
-            raise ValueError(f"dtype {key!r} was not measured; measured: {sorted(self.flops_by_dtype)}")
-        return self.flops_by_dtype[key]
+    def peak_flops(self, precision="fp32") -> float:
+        """Measured peak FLOP/s for precision."""
+        key = formats.name(precision)
+        if key not in self.flops_by_precision:
+            raise ValueError(f"precision {key!r} was not measured; measured: "
+                             f"{sorted(self.flops_by_precision)}")
+        return self.flops_by_precision[key]
 
-    def ridge_point(self, dtype="float32") -> float:
-        """FLOP/byte where this device turns from memory- to compute-bound for dtype."""
-        return roofline.ridge_point(self.peak_flops(dtype), self.bandwidth_gbs)
+    def ridge_point(self, precision="fp32") -> float:
+        """FLOP/byte where this device turns from memory- to compute-bound for precision."""
+        return roofline.ridge_point(self.peak_flops(precision), self.bandwidth_gbs)
 
-    def to_ceiling(self, dtype="float32", label: str | None = None) -> roofline.Ceiling:
-        """This device's measured roof for dtype, ready for roofline.plot_roofline."""
-        key = formats.torch_dtype(dtype)
+    def to_ceiling(self, precision="fp32", label: str | None = None) -> roofline.Ceiling:
+        """This device's measured roof for precision, ready for roofline.plot_roofline."""
+        key = formats.name(precision)
         if label is not None:
             arguments.text("label", label)
         return roofline.Ceiling(
@@ -268,39 +271,41 @@ class Ceilings:
         )
 
     def to_dict(self) -> dict:
-        """Plain JSON-ready dict, with ridge points per dtype."""
+        """Plain JSON-ready dict, with ridge points per precision."""
         return {
             "device": self.device, "threads": self.threads, "quick": self.quick,
-            "bandwidth_gbs": self.bandwidth_gbs, "flops_by_dtype": dict(self.flops_by_dtype),
-            "ridge_point_by_dtype": {d: self.ridge_point(d) for d in self.flops_by_dtype},
+            "bandwidth_gbs": self.bandwidth_gbs, "flops_by_precision": dict(self.flops_by_precision),
+            "ridge_point_by_precision": {d: self.ridge_point(d) for d in self.flops_by_precision},
         }  # fmt: skip
 
     def __str__(self) -> str:
         lines = [f"{self.device} ({self.threads} threads): memory bandwidth {self.bandwidth_gbs:.1f} GB/s"]
-        for d, f in self.flops_by_dtype.items():
+        for d, f in self.flops_by_precision.items():
             lines.append(f"  {d:>8}: {f / 1e9:8.1f} GFLOP/s   ridge {self.ridge_point(d):6.2f} FLOP/byte")
         return "\n".join(lines)
 
 
 def probe(
     device="cpu",
-    dtypes: Iterable | None = None,
+    precisions: Iterable | None = None,
     quick: bool = False,
     *,
     threads: int | None = None,
     progress: bool = False,
 ) -> Ceilings:
-    """Measure bandwidth and matmul FLOP/s per dtype (quick: ~2 s per dtype; full: up to ~12 s per dtype)."""
+    """Measure bandwidth and matmul FLOP/s per precision (quick: ~2 s each; full: up to ~12 s each)."""
     import torch
 
     device = bench.resolve_device(device)
     kind = device.split(":")[0]
-    explicit = dtypes is not None
-    if explicit and (isinstance(dtypes, str) or not isinstance(dtypes, list | tuple)):
-        raise ValueError(f"dtypes must be None or a list like ['float32', 'int8']; got {dtypes!r}")
-    names = [formats.torch_dtype(d) for d in (dtypes if explicit else DEFAULT_DTYPES[kind])]
-    if unprobed := [d for d in names if d not in MATMUL_DTYPES]:
-        raise UnsupportedDtype(f"dtypes {unprobed} have no matmul probe; probed: {', '.join(MATMUL_DTYPES)}")
+    explicit = precisions is not None
+    if explicit and (isinstance(precisions, str) or not isinstance(precisions, list | tuple)):
+        raise ValueError(f"precisions must be None or a list like ['fp32', 'int8']; got {precisions!r}")
+    names = [formats.name(d, f"precisions[{i}]")
+             for i, d in enumerate(precisions if explicit else DEFAULT_PRECISIONS[kind])]
+    if unprobed := [d for d in names if d not in MATMUL_PRECISIONS]:
+        raise UnsupportedPrecision(f"precisions {unprobed} have no matmul probe; probed: "
+                                   f"{', '.join(MATMUL_PRECISIONS)}")
     quick = arguments.boolean("quick", quick)
     progress = arguments.boolean("progress", progress)
     if threads is not None:
@@ -317,7 +322,7 @@ def probe(
     for d in steps:
         try:
             flops[d] = matmul_flops(d, device, quick=quick)
-        except (UnsupportedDtype, RuntimeError, ImportError, AttributeError):
+        except (UnsupportedPrecision, RuntimeError, ImportError, AttributeError):
             if explicit:
                 raise
     return Ceilings(device, bandwidth, flops, torch.get_num_threads() if kind == "cpu" else 1, bool(quick))

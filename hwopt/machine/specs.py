@@ -95,7 +95,7 @@ class Chip:
                 return candidate
         return None
 
-    def has_dtype(self, precision) -> bool:
+    def has_peak_column(self, precision) -> bool:
         """True when the table gives a peak in precision's own column (a name, alias or torch dtype)."""
         return self.peak_column(precision) is not None
 
@@ -120,8 +120,8 @@ class Chip:
         """Dense matmul peak in FLOP/s (OP/s for integers) for precision (see peak); ValueError if none."""
         flops, basis = self.peak(precision)
         if flops is None:
-            raise ValueError(f"precision {precision!r}: {self.name} has no dense {formats.get(precision).name} "
-                             f"figure: {basis}")
+            name = formats.get(precision).name
+            raise ValueError(f"precision {precision!r}: {self.name} has no dense {name} figure: {basis}")
         return flops
 
     def ridge_point(self, precision="fp32") -> float:
@@ -231,22 +231,23 @@ def chips_by_kind(kind: str, path=None) -> list[Chip]:
     return [c for c in load_chips(path) if c.kind == kind]
 
 
-def closest_chips(bandwidth_gbs: float, flops: float | None = None, n: int = 3, *, dtype="fp32",
+def closest_chips(bandwidth_gbs: float, flops: float | None = None, n: int = 3, *, precision="fp32",
                   path=None) -> list[tuple[Chip, float]]:
-    """The n chips nearest to (bandwidth_gbs, flops in FLOP/s for dtype) on log scales, with their distance.
+    """The n chips nearest to (bandwidth_gbs, flops in FLOP/s for precision) on log scales, with their
+    distance.
 
     Distance = sqrt(log10(bw ratio)^2 + log10(flops ratio)^2); 0.3 means about 2x away. Without flops only
-    bandwidth counts; with flops, chips that give no peak for dtype are skipped.
+    bandwidth counts; with flops, chips that give no peak for precision are skipped.
     """
     bandwidth_gbs = arguments.positive("bandwidth_gbs", bandwidth_gbs)
     flops = None if flops is None else arguments.positive("flops", flops)
     n = arguments.count("n", n, "items")
-    fmt = formats.get(dtype, argument="dtype")
+    fmt = formats.get(precision)
     scored = []
     for chip in load_chips(path):
         d2 = math.log10(chip.bandwidth_gbs / bandwidth_gbs) ** 2
         if flops is not None:
-            if not chip.has_dtype(fmt):
+            if not chip.has_peak_column(fmt):
                 continue
             d2 += math.log10(chip.peak_flops(fmt) / flops) ** 2
         scored.append((chip, math.sqrt(d2)))
@@ -254,16 +255,16 @@ def closest_chips(bandwidth_gbs: float, flops: float | None = None, n: int = 3, 
     return scored[:n]
 
 
-def table(chips=None, dtype="fp32") -> list[dict]:
-    """Rows for display: name, kind, peak TFLOPS for dtype, GB/s, GiB, ridge FLOP/byte, USD per chip-hour."""
-    fmt = formats.get(dtype, argument="dtype")
+def table(chips=None, precision="fp32") -> list[dict]:
+    """Rows for display: name, kind, peak TFLOPS for precision, GB/s, GiB, ridge FLOP/byte, USD/chip-hour."""
+    fmt = formats.get(precision)
     if chips is not None:
         arguments.instance("chips", chips, (list, tuple))
         for i, chip in enumerate(chips):
             arguments.instance(f"chips[{i}]", chip, Chip)
     rows = []
     for c in load_chips() if chips is None else chips:
-        has = c.has_dtype(fmt)
+        has = c.has_peak_column(fmt)
         rows.append({"name": c.name, "kind": c.kind, "segment": c.segment,
                      "peak_tflops": c.peak_flops(fmt) / 1e12 if has else None,
                      "peak_column": c.peak_column(fmt),

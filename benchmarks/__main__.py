@@ -13,8 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
+import torch
+
 from benchmarks import course, decode_scaling, effects, fidelity, figures, grading, report
-from hwopt.machine import probe
+from hwopt.machine import card, probe
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("fidelity", "effects", "notebooks", "grading", "scaling")
@@ -32,8 +34,6 @@ def measured_probe(doc: dict):
 
 def machine_card(measured=None) -> dict:
     """The toolkit's machine card for the CPU (machine.card), with section 1's probe medians when measured."""
-    from hwopt.machine import card
-
     c = card.machine_card(probe=measured is not None, device="cpu", precisions=("fp32",),
                           probe_fn=lambda *_: measured)
     return {"card": c.render(), "details": c.to_dict()}
@@ -107,8 +107,6 @@ def quiet_stderr(log_path: Path):
 def run(out_dir: Path, *, quick: bool, sections=SECTIONS, class_size: int | None = None,
         command: str = "make bench") -> dict:
     """Measure the requested sections, write report.{json,md} and plots into out_dir; returns the document."""
-    import torch
-
     started, t0 = datetime.now(UTC), time.perf_counter()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

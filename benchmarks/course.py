@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks import report
+from hwopt.course import record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,8 +17,6 @@ def course_notebooks(root: Path = ROOT) -> list[Path]:
 
 def execute_notebook(path: Path, *, cell_timeout_s: int = 300) -> dict:
     """Run a notebook headless (hwopt.course.record's executor, cell_timeout_s per cell): its notebook row."""
-    from hwopt.course import record
-
     run = record.run_notebook(path, cell_timeout_s=cell_timeout_s, headlines=False)
     if run.status == "timeout":
         return report.notebook_row(run.path, run.seconds, "timeout", f"a cell ran past {cell_timeout_s} s")

@@ -6,6 +6,7 @@ import traceback
 
 from benchmarks import report
 from benchmarks.effects import Unavailable, need
+from hwopt import formats
 
 
 def sizes(quick: bool) -> list[int]:
@@ -39,7 +40,6 @@ def measure(*, quick: bool) -> tuple[list[dict], list[str], list[dict]]:
     except Exception as exc:  # the lesson module's failure is reported, not fatal
         last = traceback.format_exception_only(exc)[-1].strip()
         return series, [f"GEMV sweep stopped: {last[:200]}"], stats
-    from hwopt import formats
 
     note = (f"one residual layer h + h @ W (decode paths) per size, {repeats} interleaved repeats; "
             "GB/s = bytes of weights and their scales / median time, as stored: "

@@ -15,8 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from benchmarks import native, report
-from hwopt.machine import bench
+import torch
+
+from benchmarks import fidelity, native, report
+from hwopt import formats
+from hwopt.kernels import lowbit_gemv
+from hwopt.machine import bench, probe
 
 
 class Unavailable(RuntimeError):
@@ -78,8 +82,6 @@ def need(module: str, *names: str):
 
 
 def _llc_bytes() -> int:
-    from hwopt.machine import probe
-
     return probe.last_level_cache_bytes() or 32 * 2**20
 
 
@@ -157,9 +159,6 @@ def from_memory_path(decode, d_model: int, precision: str):
     """The C kernel at `precision` on a stack of FROM_MEMORY_MULTIPLE x the last-level cache in its format:
     (its DecodePath, bytes moved per step); None without the kernel. The kernel is checked against the float64
     oracle on the stack's first CHECKED_LAYERS layers, within the lesson's tolerance (stated for 4 layers)."""
-    from hwopt import formats
-    from hwopt.kernels import lowbit_gemv
-
     if lowbit_gemv.unavailable_reason() is not None:
         return None
     fmt = lowbit_gemv.WEIGHT_FORMATS[precision]
@@ -186,8 +185,6 @@ def in_cache(weight_bytes: float, margin: float) -> str:
 def avx2_paths(stack, paths: dict) -> dict:
     """The C kernel's paths (paths' '<precision> C kernel') rebuilt for AVX2 + FMA only, labelled '... (AVX2
     path)', where this CPU builds a wider path and can run AVX2; else none."""
-    from hwopt.kernels import lowbit_gemv
-
     c_paths = {k: p for k, p in paths.items() if k.endswith(" C kernel")}
     if not c_paths or lowbit_gemv.kernel_path() == "avx2" or "avx2" not in lowbit_gemv.runnable_paths():
         return {}
@@ -244,7 +241,6 @@ def setup_tiny_decoder(quick: bool) -> Setup:
 def setup_batching(quick: bool) -> Setup:
     """Lesson 3: throughput of the lesson's MLP at its best batch size vs batch 1 (per-item times)."""
     mlp = need("models.mlp", "make_mlp")
-    import torch
 
     model = mlp.make_mlp()
     width = next(m for m in model.modules() if isinstance(m, torch.nn.Linear)).in_features
@@ -267,7 +263,6 @@ def setup_ort(quick: bool) -> Setup:
     """Lesson 5: the digits classifier at batch 1 in ONNX Runtime (all graph optimizations) vs torch eager."""
     classifier = need("models.classifier", "make_classifier", "N_FEATURES")
     ort = need("kernels.ort", "export_onnx", "make_session", "Predictor")
-    import torch
 
     model = classifier.make_classifier().eval()
     x = torch.randn(1, classifier.N_FEATURES)
@@ -288,7 +283,6 @@ def setup_ort(quick: bool) -> Setup:
 def setup_fusion(quick: bool) -> Setup:
     """Lesson 5: the elementwise chain eager (a memory pass per op) vs fused (torch.compile, ORT if there)."""
     fusion = need("experiments.fusion", "chain", "Chain", "chain_inputs")
-    import torch
 
     rows = 4096 if quick else 8192  # 64 / 128 MB per fp32 tensor: memory-bound, far beyond the caches
     inputs = fusion.chain_inputs(rows, 4096)
@@ -369,7 +363,6 @@ def setup_kv_bound(quick: bool) -> Setup:
 def setup_attention(quick: bool) -> Setup:
     """Lesson 10: naive attention (N x N scores materialised) vs the fused kernel (SDPA) at 4096 tokens."""
     attention = need("experiments.attention", "attention_inputs", "naive_attention", "sdpa")
-    import torch
 
     q, k, v = attention.attention_inputs(4096)  # 4 heads of 64, fp32, batch 1: 268 MB of scores
     with torch.inference_mode():
@@ -453,10 +446,6 @@ STREAM_TRIALS = 2  # per round: STREAM Triad's best of 2 trials, each callable's
 
 def stream_triad_gbs(quick: bool) -> float:
     """One round of the C STREAM Triad on torch's thread count: the best of STREAM_TRIALS trials, GB/s."""
-    import torch
-
-    from benchmarks import fidelity
-
     n = native.stream_elements_for(fidelity.stream_array_bytes(quick, _llc_bytes()))
     out = native.run_stream(stream_executable(), n, STREAM_TRIALS, threads=torch.get_num_threads())
     return max(out["triad_bytes"] / t / 1e9 for t in out["triad_s"] if t > 0)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import torch
+
 from benchmarks import native, report
-from hwopt.machine import bench
+from hwopt.machine import bench, probe
 
 MB = 1e6
 
@@ -21,8 +24,6 @@ def _rates(bytes_moved: float, times_s) -> list[float]:
 
 def measure(build_dir: Path, *, quick: bool, threads: int, progress=None) -> tuple[dict, list[dict]]:
     """Section 1 rows and notes (probes vs references, interleaved rounds), and its statistics series."""
-    from hwopt.machine import probe
-
     rounds = 3 if quick else 6
     llc = probe.last_level_cache_bytes()
     notes: list[str] = []
@@ -96,9 +97,6 @@ def measure(build_dir: Path, *, quick: bool, threads: int, progress=None) -> tup
 
 
 def _gemm_inputs(n: int):
-    import numpy as np
-    import torch
-
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n), dtype=np.float32)
     b = rng.standard_normal((n, n), dtype=np.float32)
@@ -123,8 +121,6 @@ def sweep_sizes(quick: bool) -> list[int]:
 
 def bandwidth_sweep(build_dir: Path, *, quick: bool, threads: int) -> tuple[list[dict], list[str]]:
     """GB/s vs bytes per array, from L1-sized to DRAM-sized: C STREAM Triad/Copy and the toolkit's probe."""
-    from hwopt.machine import probe
-
     notes, series = [], []
     try:
         exe = native.compile_kernel("stream", build_dir)

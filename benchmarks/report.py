@@ -8,6 +8,8 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+import jsonschema
+
 from hwopt.machine.bench import NOISE_THRESHOLD, Measurement, quantile, speedup
 
 SCHEMA_VERSION = 2  # 2: course_cost.grading_honest (the grading goal); course_cost.grading is the sample mix
@@ -358,8 +360,6 @@ SCHEMA = {
 def validate(doc: dict) -> dict:
     """Check a report document, as its JSON will hold it (a band goal's tuple is a list there), against
     SCHEMA (jsonschema.ValidationError if it does not fit); returns it."""
-    import jsonschema
-
     jsonschema.validate(json.loads(json.dumps(doc)), SCHEMA)
     return doc
 

@@ -11,6 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hwopt.course import colab
+from hwopt.machine.card import machine_card
+
 ROOT = Path(__file__).resolve().parents[1]
 LAB_SETTINGS = Path("jupyter-config") / "labconfig" / "default_setting_overrides.json"
 COLAB_OVERLAY = ".venv-colab-overlay"
@@ -78,8 +81,6 @@ def course_command(args) -> int:
             install_lab_settings()
         return run_steps([lab_command()], args.dry_run)
     if not (args.no_setup or args.dry_run):
-        from hwopt.course import colab
-
         install_lab_settings()
         colab.build_overlay(ROOT / COLAB_OVERLAY)
     return run_steps(test_commands(args.pytest_args), args.dry_run)
@@ -90,7 +91,6 @@ def main(argv=None, probe_fn=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("lab", "test"):
         return course_command(args)
-    from hwopt.machine.card import machine_card
 
     precisions = (None if args.precisions is None
                   else [d.strip() for d in args.precisions.split(",") if d.strip()])

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hwopt import arguments
+from hwopt import arguments, plots
 
 # --- work and traffic per op: (FLOP, bytes) ----------------------------------------------------------------
 
@@ -237,8 +237,6 @@ def _as(kind, items, name: str) -> list:
 def plot_roofline(ceilings: Iterable, points: Iterable = (), ax=None, *, title: str | None = None):
     """Log-log roofline: each Ceiling (label, peak_flops, bandwidth_gbs[, measured]) and each KernelPoint
     (label, intensity, achieved_flops); tuples work too. Returns the Figure."""
-    from hwopt import plots
-
     roofs = _as(Ceiling, ceilings, "ceilings")
     if not roofs:
         raise ValueError("ceilings must hold at least one Ceiling (label, peak_flops, bandwidth_gbs)")

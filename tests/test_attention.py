@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from hwopt.experiments import attention as at
+from hwopt.machine import bench
 
 pytestmark = pytest.mark.filterwarnings("ignore::hwopt.machine.bench.NoisyMeasurementWarning")
 
@@ -49,8 +50,6 @@ def test_peak_memory_sees_the_score_matrix_only_in_naive_attention():
 
 def test_peak_memory_on_cuda_reads_the_allocator(monkeypatch):
     """The CUDA branch: max_memory_allocated after a reset, minus what was allocated before (faked here)."""
-    from hwopt.machine import bench
-
     calls = []
     monkeypatch.setattr(bench, "resolve_device", lambda device="auto": "cuda")
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("sync"))

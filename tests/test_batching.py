@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from hwopt.cost import batching as bt
 from hwopt.machine import bench
@@ -115,8 +116,6 @@ def test_knee_is_where_throughput_flattens():
 
 
 def test_make_mlp_shapes_and_bad_width():
-    import torch
-
     model = mlp.make_mlp(width=16, depth=3)
     assert model(torch.zeros(5, 16)).shape == (5, 16)
     assert sum(isinstance(m, torch.nn.Linear) for m in model) == 3
@@ -148,8 +147,6 @@ def test_compare_batch_sizes_interleaved():
 
 def test_sweep_runs_on_cuda_path_with_monkeypatched_device(monkeypatch):
     """The CUDA branch resolves the device and synchronises through bench; here a fake 'cuda' maps to CPU."""
-    import torch
-
     calls = []
     monkeypatch.setattr(bench, "resolve_device", lambda device="auto": "cuda")
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("sync"))

@@ -12,13 +12,20 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import jsonschema
+import numpy as np
 import pytest
+import torch
+
+from benchmarks import course, effects, fidelity, figures, grading, native, report
+from benchmarks.__main__ import measured_probe
+from hwopt.course.grading import gradebook
+from hwopt.experiments import decode
+from hwopt.kernels import lowbit_gemv
+from hwopt.machine import probe
+from hwopt.machine.bench import Measurement
+from tests.support import skip_outside_ci
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # `benchmarks` is a folder of the repository, not part of the installed toolkit
-
-from benchmarks import effects, fidelity, figures, grading, native, report  # noqa: E402
-from hwopt.machine.bench import Measurement  # noqa: E402
 
 
 def m(label, times):
@@ -268,9 +275,6 @@ def test_the_parallel_goal_says_why_it_was_not_measured():
 
 
 def test_the_parallel_goal_grades_rounds_on_a_cluster_started_with_the_secret(no_secret):
-    from hwopt.course.grading import gradebook
-    from tests.support import skip_outside_ci
-
     if gradebook.why_no_server():
         skip_outside_ci(gradebook.why_no_server())
     serial = report.grading_row([1.0] * 4, 4.0, 3.0, students=2)
@@ -527,9 +531,6 @@ def test_rows_timing_weights_that_fit_in_the_cache_give_no_verdict_on_memory(mon
 
 def test_where_the_lessons_stack_fits_in_the_cache_the_c_kernel_is_timed_on_a_stack_twice_the_cache(
         monkeypatch):
-    from hwopt.experiments import decode
-    from hwopt.kernels import lowbit_gemv
-
     if reason := lowbit_gemv.unavailable_reason():
         pytest.skip(f"no C kernel here: {reason}")
     monkeypatch.setattr(effects, "_llc_bytes", lambda: 2**20)
@@ -554,17 +555,12 @@ def test_stream_arrays_are_sized_from_the_toolkits_cache_reader():
 
 
 def test_without_a_compiler_the_report_says_so_instead_of_failing(monkeypatch, tmp_path):
-    import numpy as np
-
-    from hwopt.machine import probe
-
     def no_compiler(cc=None):
         raise native.NativeUnavailable("no C compiler found ('gcc' is not on PATH): C references skipped")
 
     monkeypatch.setattr(native, "find_compiler", no_compiler)
     monkeypatch.setattr(probe, "memory_bandwidth_gbs", lambda **kw: 20.0)
     monkeypatch.setattr(probe, "matmul_flops", lambda *a, **kw: 1e11)
-    import torch
 
     tiny = np.ones((8, 8), dtype=np.float32)
     monkeypatch.setattr(fidelity, "_gemm_inputs", lambda n: (tiny, tiny, torch.ones(8, 8), torch.ones(8, 8)))
@@ -779,8 +775,6 @@ def test_tree_cpu_counts_a_process_its_parent_never_reaps():
 
 
 def test_the_machine_card_shows_the_probe_medians_of_section_one():
-    from benchmarks.__main__ import measured_probe
-
     probe = measured_probe({"fidelity": {"rows": fake_doc()["fidelity"]["rows"] + [report.fidelity_row(
         "FLOP/s probe / best sgemm", rate("p", (90.0, 100.0), "GFLOP/s"), rate("b", (110.0,), "GFLOP/s"))]}})
     assert probe.bandwidth_gbs == 10.0 and probe.flops_by_precision == {"fp32": 95.0e9}
@@ -804,8 +798,6 @@ def test_the_committed_reference_is_generated_not_hand_edited():
 
 
 def test_quick_mode_runs_the_assignments_and_skips_the_lessons(monkeypatch, tmp_path):
-    from benchmarks import course
-
     for path in ("notebooks/01_x.ipynb", "source/a/a.ipynb"):
         (tmp_path / path).parent.mkdir(parents=True)
         (tmp_path / path).write_text("{}")
@@ -818,11 +810,6 @@ def test_quick_mode_runs_the_assignments_and_skips_the_lessons(monkeypatch, tmp_
 
 
 def test_the_c_kernels_avx2_path_is_timed_where_this_cpu_builds_a_wider_one():
-    import numpy as np
-
-    from hwopt.experiments import decode
-    from hwopt.kernels import lowbit_gemv
-
     if lowbit_gemv.unavailable_reason():
         pytest.skip(f"the C kernel does not build here: {lowbit_gemv.unavailable_reason()}")
     stack = decode.make_stack(256, 2)

@@ -7,6 +7,7 @@ import types
 
 import pytest
 
+import hwopt.machine.bench
 from hwopt import __main__ as cli
 from hwopt import roofline
 from hwopt.machine import card as card_module
@@ -106,8 +107,6 @@ def test_card_with_fake_probe_computes_ridges_and_closest_chips(here):
 
 
 def test_card_on_a_fake_cuda_gpu_compares_measured_with_spec(monkeypatch, here):
-    import hwopt.machine.bench
-
     monkeypatch.setattr(hwopt.machine.bench, "resolve_device", lambda device="auto": "cuda")
     probe_fn = fake_probe(1631.2, float32=18.5e12, bfloat16=280.8e12)
     c = machine_card(probe=True, device="cuda", machine=gpu_machine(here), probe_fn=probe_fn)
@@ -119,8 +118,6 @@ def test_card_on_a_fake_cuda_gpu_compares_measured_with_spec(monkeypatch, here):
 
 
 def test_card_on_a_known_gpu_without_probe_lists_spec_neighbours(monkeypatch, here):
-    import hwopt.machine.bench
-
     monkeypatch.setattr(hwopt.machine.bench, "resolve_device", lambda device="auto": "cuda")
     c = machine_card(device="cuda", machine=gpu_machine(here, "Tesla T4"))
     assert c.device_spec.name == "NVIDIA T4"
@@ -174,8 +171,6 @@ def test_python_m_hwopt_info_prints_text_and_json():
 
 
 def test_slug_names_the_gpu_or_the_cpu_model_simd_set_and_cores(monkeypatch, here):
-    import hwopt.machine.bench
-
     monkeypatch.setattr(hwopt.machine.bench, "resolve_device", lambda device="auto": "cuda")
     assert machine_card(device="cuda", machine=gpu_machine(here, "NVIDIA H200")).slug == "nvidia-h200"
     cpu = {**here.to_dict(), "gpus": [], "cpu_model": "Intel(R) Xeon(R) CPU @ 2.20GHz", "logical_cores": 2}

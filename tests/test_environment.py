@@ -9,6 +9,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from hwopt.course import colab
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -57,8 +59,6 @@ def test_every_course_and_test_pin_is_exact():
 
 def colab_preinstalled():
     """What Colab ships, from its published pip-freeze stored in the repository: {name: version}."""
-    from hwopt.course import colab
-
     return colab.colab_freeze()
 
 
@@ -78,8 +78,6 @@ def test_runtime_requirements_accept_colabs_preinstalled_stack():
 
 
 def test_runtime_requirements_accept_the_colab_setup_cell_and_the_course_pins():
-    from hwopt.course import colab
-
     runtime = runtime_requirements()
     for pin in colab.colab_pins():  # what the Colab setup cell installs
         req = Requirement(pin)

@@ -1,10 +1,14 @@
 """experiments.fusion: byte counts of the elementwise chain, predictions, the chain vs its formula, widget."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from hwopt import widgets
 from hwopt.experiments import fusion
+from hwopt.machine import probe
+from hwopt.machine.bench import Measurement
 
 
 def test_passes_and_bytes_of_the_lesson_chain():
@@ -42,8 +46,6 @@ def test_chain_into_writes_the_same_values_into_its_output():
 
 
 def test_chain_shape_is_a_multiple_of_the_measured_cache(monkeypatch):
-    from hwopt.machine import probe
-
     monkeypatch.setattr(probe, "last_level_cache_bytes", lambda: 32 * 2**20)  # a 32 MiB L3
     rows, cols = fusion.chain_shape("cpu")
     assert cols == 1024 and rows % 64 == 0
@@ -56,8 +58,6 @@ def test_chain_shape_is_a_multiple_of_the_measured_cache(monkeypatch):
 
 
 def test_cache_bytes_of_a_cuda_gpu_is_its_l2(monkeypatch):
-    from types import SimpleNamespace
-
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     gpu = SimpleNamespace(L2_cache_size=50 * 2**20)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: gpu)
@@ -66,8 +66,6 @@ def test_cache_bytes_of_a_cuda_gpu_is_its_l2(monkeypatch):
 
 
 def test_gelu_rate_is_measured_on_a_cache_sized_array(monkeypatch):
-    from hwopt.machine import probe
-
     sizes = []
     real_gelu = fusion.F.gelu
     monkeypatch.setattr(fusion.F, "gelu", lambda x: sizes.append(x.numel()) or real_gelu(x))
@@ -99,8 +97,6 @@ def test_chain_roofs_and_the_bound_sentence():
 
 
 def test_fresh_output_sentence_follows_the_measurement():
-    from hwopt.machine.bench import Measurement
-
     def rows(allocating_s):
         results = {
             "eager": Measurement("eager", (0.150,) * 3),
@@ -160,8 +156,6 @@ def test_bad_input(call, match):
 
 
 def test_report_rows_and_table():
-    from hwopt.machine.bench import Measurement
-
     results = {
         "eager": Measurement("eager", (0.009, 0.009, 0.009)),
         "fused": Measurement("fused", (0.003,) * 3),

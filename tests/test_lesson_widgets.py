@@ -2,15 +2,14 @@
 
 import pytest
 
-from hwopt.cost import batching, costs, serving
+from hwopt import widgets
+from hwopt.cost import batching, costs, paging, serving
 from hwopt.experiments import decode
 from hwopt.machine import bench
 
 
 @pytest.fixture
 def shown(monkeypatch):
-    from hwopt import widgets
-
     out = []
     monkeypatch.setattr(widgets, "display", out.append)
     return out
@@ -69,8 +68,6 @@ def test_serving_explorer_starts_within_its_slider_when_items_cost_more_than_the
 
 
 def test_paging_explorer_recounts_the_sequences_on_every_control(shown, capsys):
-    from hwopt.cost import paging
-
     box = paging.paging_explorer(131072.0, n_requests=500)  # Llama-3-8B's fp16 KV bytes per token
     first = capsys.readouterr().out
     assert "contiguous" in first and "paged" in first and len(shown) == 1

@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from hwopt import plots  # noqa: E402
+from hwopt.machine.bench import Measurement
 
 
 def test_color_cycles_through_the_palette():
@@ -63,8 +64,6 @@ def test_finish_adds_legend_only_with_labels_and_returns_closed_figure():
 
 
 def test_measurement_band_plots_medians_and_iqr_in_the_chosen_unit():
-    from hwopt.machine.bench import Measurement
-
     ms = [Measurement("a", (1e-3, 2e-3, 3e-3)), Measurement("b", (2e-3, 4e-3, 6e-3))]
     ax = plots.axes("batch size", "latency (ms)")
     line = plots.measurement_band(ax, [1, 2], ms, label="model")

@@ -3,11 +3,13 @@ CUDA activities are chosen for a GPU (tested without one), and the Nsight comman
 
 import contextlib
 import json
+import subprocess
 
 import pytest
 import torch
 from torch.profiler import ProfilerActivity
 
+from hwopt import widgets
 from hwopt.experiments import profiling
 
 
@@ -106,8 +108,6 @@ def test_bad_input(call, match):
 
 
 def test_amdahl_overall_speedup_and_explorer(monkeypatch):
-    from hwopt import widgets
-
     times = {"data": 80.0, "compute": 20.0}
     assert profiling.amdahl(times, "compute", 10) == {"data": 80.0, "compute": 2.0}
     assert profiling.overall_speedup(times, "compute", 10) == pytest.approx(100 / 82)
@@ -127,8 +127,6 @@ def test_amdahl_overall_speedup_and_explorer(monkeypatch):
 
 
 def test_run_nsys_runs_profile_then_stats(monkeypatch, tmp_path):
-    import subprocess
-
     calls = []
 
     def fake_run(cmd, **kwargs):

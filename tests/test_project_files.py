@@ -7,6 +7,8 @@ from pathlib import Path
 
 import yaml
 
+import hwopt
+
 ROOT = Path(__file__).resolve().parents[1]
 FILES = ("LICENSE", "LICENSE-content.md", "CITATION.cff", "CONTRIBUTING.md", "CHANGELOG.md",
          "requirements.txt", ".pre-commit-config.yaml", ".github/workflows/tests.yml")
@@ -36,8 +38,6 @@ def test_the_licences_name_mit_for_code_and_cc_by_for_content():
 
 
 def test_the_citation_file_is_valid_cff_with_the_toolkits_version():
-    import hwopt
-
     cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
     assert cff["cff-version"] == "1.2.0" and cff["title"] and cff["authors"]
     assert cff["version"] == hwopt.__version__ == tomllib.loads((ROOT / "pyproject.toml").read_text())[
@@ -75,6 +75,4 @@ def test_pre_commit_runs_the_pinned_ruff_and_the_notebook_outputs_check():
 
 
 def test_the_changelog_has_a_section_for_this_version():
-    import hwopt
-
     assert f"## {hwopt.__version__}" in (ROOT / "CHANGELOG.md").read_text()

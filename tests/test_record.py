@@ -1,6 +1,9 @@
 """course.record: notebooks run headless on a chosen device, saved with figures and card; failures located."""
 
+import asyncio
 import json
+import time
+from queue import Empty
 
 import nbformat
 import pytest
@@ -110,10 +113,6 @@ def test_record_saves_notebooks_figures_card_and_run_and_main_exits_1_on_a_failu
 
 
 def test_a_reply_wait_looks_again_each_slice_and_still_times_out():
-    import asyncio
-    import time
-    from queue import Empty
-
     calls = []
 
     async def get_msg(timeout=None):  # a channel whose reply is there from the third look on

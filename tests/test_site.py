@@ -8,6 +8,7 @@ on two cores. `make site` executes every notebook.
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import sync_playwright
 
 from hwopt import recordings
 from hwopt.course import colab, site
@@ -78,8 +79,6 @@ def test_the_site_builds_with_every_internal_link_resolving(built):
 def browser():
     if not CHROMIUM.exists():
         pytest.skip("needs Debian's chromium: run `make browser-deps`")
-    from playwright.sync_api import sync_playwright
-
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=str(CHROMIUM),
                                               args=["--headless", "--no-sandbox", "--disable-gpu"])

@@ -5,6 +5,7 @@ import datetime as dt
 import re
 
 import pytest
+import torch
 
 from hwopt import formats, roofline
 from hwopt.machine import specs
@@ -209,8 +210,6 @@ def test_chips_by_kind():
 
 
 def test_peak_flops_accepts_every_spelling_including_torch_dtypes():
-    import torch
-
     t4 = specs.get_chip("T4")
     assert t4.peak_flops("fp32") == t4.peak_flops("float32") == t4.peak_flops(torch.float32) == 8.1e12
     assert t4.peak_flops("fp16") == t4.peak_flops(torch.float16) == t4.peak_flops("half") == 65e12

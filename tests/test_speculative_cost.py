@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from hwopt import widgets
 from hwopt.cost import speculative as sp
 
 
@@ -59,8 +60,6 @@ def test_bad_rates_are_refused():
 
 
 def test_explorer_follows_the_sliders(monkeypatch, capsys):
-    from hwopt import widgets
-
     shown = []
     monkeypatch.setattr(widgets, "display", shown.append)
     box = sp.speculative_explorer(0.2)

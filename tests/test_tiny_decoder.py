@@ -5,6 +5,7 @@ import torch
 
 from hwopt.experiments import decode_speed
 from hwopt.kernels import lowbit_gemv
+from hwopt.machine import bench
 from hwopt.models import tiny_decoder as td
 
 pytestmark = pytest.mark.filterwarnings("ignore::hwopt.machine.bench.NoisyMeasurementWarning")
@@ -88,8 +89,6 @@ def test_several_tokens_after_a_cache_match_the_full_forward(model):
 
 def test_tokens_per_s_cuda_path_synchronises_on_cpu(model, monkeypatch):
     """The GPU branch (device placement, synchronised timing) runs with a fake 'cuda' mapped to the CPU."""
-    from hwopt.machine import bench
-
     syncs = []
     monkeypatch.setattr(bench, "resolve_device", lambda device="auto": "cuda")
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: syncs.append(1))

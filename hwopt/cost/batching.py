@@ -9,9 +9,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import matplotlib.pyplot as plt
 import numpy as np
+import torch
+from tqdm.auto import tqdm
 
-from hwopt import arguments, plots, roofline
+from hwopt import arguments, plots, roofline, widgets
 from hwopt.machine import bench
 
 BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -221,8 +224,6 @@ def _sizes(batch_sizes) -> list[int]:
 
 
 def _model_input(model, batch_size: int, device: str):
-    import torch
-
     first = next((m for m in model.modules() if isinstance(m, torch.nn.Linear)), None)
     if first is None:
         raise ValueError("model must contain a torch.nn.Linear (its in_features sets the input width)")
@@ -232,9 +233,6 @@ def _model_input(model, batch_size: int, device: str):
 def measure_batch_sweep(model, batch_sizes=BATCH_SIZES, *, device="cpu", repeats: int = 7, warmup: int = 2,
                         progress: bool = True) -> BatchSweep:
     """Time model(x) for x of shape (batch_size, in_features) at each batch size (inference, no grad)."""
-    import torch
-    from tqdm.auto import tqdm
-
     arguments.instance("model", model, torch.nn.Module)
     sizes = _distinct(_sizes(batch_sizes))
     device = bench.resolve_device(device)
@@ -256,8 +254,6 @@ def measure_batch_sweep(model, batch_sizes=BATCH_SIZES, *, device="cpu", repeats
 
 def compare_batch_sizes(model, batch_sizes=(1, 256), *, device="cpu", repeats: int = 15) -> dict[int, float]:
     """Throughput (items/s) of a few batch sizes timed interleaved in one run (for a fair ratio)."""
-    import torch
-
     arguments.instance("model", model, torch.nn.Module)
     sizes = _distinct(_sizes(batch_sizes))
     device = bench.resolve_device(device)
@@ -279,8 +275,6 @@ def compare_batch_sizes(model, batch_sizes=(1, 256), *, device="cpu", repeats: i
 
 def plot_batch_sweep(sweep: BatchSweep, fit: LatencyFit | None = None, budget_ms: float | None = None):
     """Two panels: latency (ms) and throughput (items/s) vs batch size, with the fit and a budget marked."""
-    import matplotlib.pyplot as plt
-
     arguments.instance("sweep", sweep, BatchSweep)
     if fit is not None:
         arguments.instance("fit", fit, LatencyFit)
@@ -343,8 +337,6 @@ def budget_report(sweep: BatchSweep, budget_ms: float) -> str:
 
 def budget_explorer(sweep: BatchSweep, fit: LatencyFit | None = None):
     """A latency-budget slider (ms) -> the largest batch that fits and its throughput, marked on curves."""
-    from hwopt import widgets
-
     arguments.instance("sweep", sweep, BatchSweep)
     if fit is not None:
         arguments.instance("fit", fit, LatencyFit)

@@ -22,8 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from matplotlib import ticker
 
-from hwopt import arguments, formats, plots, roofline
+from hwopt import arguments, formats, plots, roofline, widgets
+from hwopt.machine import specs
 
 # The formats the explorer offers: one of each kind of peak column in the chip table.
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8_e4m3", "int8", "int4", "nvfp4")
@@ -137,15 +139,11 @@ def estimate(params: float, batch_size: int = 1, precision="fp32", chips: Sequen
 
 def _chip(chip):
     """chip itself when it is a specs.Chip (a row of the chip table)."""
-    from hwopt.machine import specs
-
     return arguments.instance("chip", chip, specs.Chip)
 
 
 def _chips(chips) -> list:
     """The chip table (None), or the given list of specs.Chip rows, checked."""
-    from hwopt.machine import specs
-
     if chips is None:
         return specs.load_chips()
     arguments.instance("chips", chips, (list, tuple))
@@ -254,8 +252,6 @@ def cost_report(params: float, batch_size: int = 1, precision="fp32", chips: Seq
 
 def plot_costs(estimates: Sequence[ChipEstimate], ax=None, title: str | None = None):
     """Bars of USD per 1M inferences per priced chip (log scale), cheapest highlighted; returns the Figure."""
-    from matplotlib import ticker
-
     priced = [e for e in _estimates(estimates) if e.cost_per_million_usd is not None]
     if not priced:
         raise ValueError("estimates must contain at least one chip with a price that fits the model")
@@ -356,8 +352,6 @@ def plot_chip_map(chips: Sequence | None = None, precision="bf16", machine: tupl
 
 def cost_explorer(chips: Sequence | None = None):
     """Sliders (parameters, batch size, precision) -> the cost table and bars, cheapest chip highlighted."""
-    from hwopt import widgets
-
     chips = _chips(chips)
 
     def show(params, batch_size, precision):

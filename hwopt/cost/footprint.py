@@ -17,7 +17,7 @@ import difflib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hwopt import arguments, formats
+from hwopt import arguments, formats, plots, widgets
 from hwopt.data import DATA_DIR
 
 SHAPES_CSV = DATA_DIR / "model_shapes.csv"
@@ -314,8 +314,6 @@ def plot_memory(
     kv_precision: str | None = None,
 ):
     """Stacked bar of weights / activations / KV cache (GB) beside the device's memory; returns the Figure."""
-    from hwopt import plots
-
     arguments.positive("memory_gb", memory_gb)
     b = memory_breakdown(shape, batch_size, seq_len, precision, kv_precision=kv_precision,
                          naive_attention=naive_attention)
@@ -342,8 +340,6 @@ def plot_memory(
 def memory_explorer(memory_gb_by_device: dict[str, float], shapes: list[ModelShape] | None = None):
     """Sliders (model, weight and KV-cache formats, batch, sequence length, device, attention) over
     plot_memory."""
-    from hwopt import widgets
-
     arguments.instance("memory_gb_by_device", memory_gb_by_device, dict)
     if not memory_gb_by_device:
         raise ValueError("memory_gb_by_device must name at least one device and its memory in GB")

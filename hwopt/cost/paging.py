@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hwopt import arguments, plots
+from hwopt import arguments, plots, widgets
 from hwopt.cost import serving
 
 POLICIES = ("contiguous", "paged")
@@ -118,8 +118,6 @@ def plot_policies(result: dict[str, Allocation], ax=None):
 def paging_explorer(kv_bytes_per_token: float, mean_tokens: float = 300.0, n_requests: int = 2000,
                     seed: int = 0):
     """Sliders (block size, max length, memory GB) -> sequences that fit, contiguous vs paged."""
-    from hwopt import widgets
-
     kv_bytes_per_token = arguments.positive("kv_bytes_per_token", kv_bytes_per_token,
                                             maximum=arguments.LIMITS["bytes"])
     arguments.count("n_requests", n_requests, "items")

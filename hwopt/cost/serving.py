@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hwopt import arguments, plots
+from hwopt import arguments, plots, widgets
 
 
 @dataclass(frozen=True)
@@ -193,8 +193,6 @@ def simulate_generation(lengths, max_batch_size: int, step_overhead_ms: float, s
 
 def serving_explorer(overhead_ms: float, per_item_ms: float, seed: int = 0):
     """Sliders (arrival rate, max batch, max wait) -> p50/p99 latency and throughput on a batch cost model."""
-    from hwopt import widgets
-
     overhead_ms = arguments.positive("overhead_ms", overhead_ms, allow_zero=True)
     per_item_ms = arguments.positive("per_item_ms", per_item_ms)
     seed = arguments.count("seed", seed, "seed", minimum=0)
@@ -327,8 +325,6 @@ def simulate_chunked_prefill(arrivals, prompt_lens, output_lens, max_batch_size:
 def chunked_prefill_explorer(step_overhead_ms: float, decode_per_seq_ms: float, prefill_per_token_ms: float,
                              requests, max_batch_size: int = 16):
     """Slider (chunk size) -> TTFT and TPOT percentiles of `requests` (mixed_requests(...)), cost model."""
-    from hwopt import widgets
-
     arguments.instance("requests", requests, tuple)
     if len(requests) != 3:
         raise ValueError("requests must be mixed_requests(...)'s (arrivals_ms, prompt_lens, output_lens)")

@@ -16,6 +16,8 @@ import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
+from urllib.request import urlopen
 
 import nbformat
 
@@ -133,8 +135,6 @@ def colab_pins(root: Path = ROOT) -> list[str]:
 def read_freeze(text: str) -> dict[str, str]:
     """{canonical name: version} of a pip-freeze: `name==version` lines and `name @ URL` wheel lines
     (version from the wheel's file name); comments, editable and source-tree lines are skipped."""
-    from urllib.parse import unquote
-
     from packaging.utils import canonicalize_name, parse_wheel_filename
 
     versions = {}
@@ -168,8 +168,6 @@ def update_freeze(source: str, commit: str, python: str = "3.13", path: Path = C
     if not re.fullmatch(r"[0-9a-f]{7,40}", commit):
         raise ValueError(f"commit: expected the hex id of the freeze's commit, got {commit!r}")
     if re.match(r"https?://", source):
-        from urllib.request import urlopen
-
         with urlopen(source, timeout=60) as response:
             text = response.read().decode()
     else:

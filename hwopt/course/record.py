@@ -24,11 +24,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from queue import Empty
 
 import nbformat
 
 from hwopt import arguments, recordings
 from hwopt.course import colab
+from hwopt.machine import bench, card
 
 ROOT = colab.ROOT
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -103,8 +105,6 @@ def polled_in_slices(get_msg, slice_s: float = REPLY_POLL_S):
     ipywidgets (an interactive_output), that wait sometimes does not wake when the reply arrives, and the
     notebook sits idle until the timeout (nbclient issue 312). Looking again every slice finds the reply.
     """
-    from queue import Empty
-
     arguments.function("get_msg", get_msg)
     slice_s = arguments.positive("slice_s", slice_s)
 
@@ -132,7 +132,6 @@ def run_notebook(path: Path | str, *, device: str | None = None, cell_timeout_s:
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
-    from hwopt.machine import bench
 
     class Client(NotebookClient):
         async def async_start_new_kernel_client(self):
@@ -249,8 +248,6 @@ def _read_json(path: Path) -> dict:
 def device_name(machine) -> str:
     """The device a machine card describes, in words: the GPU's name on CUDA, else the CPU's model, cores
     and widest SIMD set ('AMD EPYC, 2 cores, AVX-512F': one model name covers CPUs of different SIMD sets)."""
-    from hwopt.machine import card
-
     info = machine.machine
     if machine.device.startswith("cuda") and info.gpus:
         index = int(machine.device.split(":")[1]) if ":" in machine.device else 0
@@ -271,8 +268,6 @@ def record(paths, out: Path | str | None = None, *, device: str = "auto", cell_t
     Figures and run rows of notebooks recorded there before (and not run now) are kept.
     Returns (the folder, the runs).
     """
-    from hwopt.machine import bench, card
-
     chosen = bench.resolve_device(arguments.text("device", device))
     if machine is None:
         machine = card.machine_card(probe=arguments.boolean("probe", probe), device=chosen, n_closest=3)

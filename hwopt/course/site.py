@@ -31,6 +31,7 @@ import nbformat
 
 from hwopt import recordings
 from hwopt.course import colab, record
+from hwopt.machine import bench, card
 
 ROOT = colab.ROOT
 CONF_DIR = ROOT / "site"
@@ -74,8 +75,6 @@ def _current(folder: Path, page: Page, root: Path, *, need_ok: bool) -> bool:
 def execute(pages: list[Page], executed: Path, *, device: str = "auto", only=None, root: Path = ROOT,
             progress=print) -> list[record.NotebookRun]:
     """Run the pages' notebooks into executed/ (those in only, else all), skipping those already current."""
-    from hwopt.machine import bench, card
-
     wanted = [p for p in pages if only is None or p.source.as_posix() in only]
     runs, machine = [], None
     for kind, allow_errors in (("lesson", False), ("assignment", True)):  # a release's blanks raise

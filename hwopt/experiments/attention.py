@@ -18,8 +18,10 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
 
 from hwopt import arguments, plots
 from hwopt.machine import bench
@@ -142,7 +144,6 @@ def peak_memory_bytes(fn: Callable[[], object], device="cpu") -> int:
         peak = torch.cuda.max_memory_allocated(device) - before
         del result
         return int(peak)
-    from torch.profiler import ProfilerActivity, profile
 
     with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         result = fn()
@@ -266,7 +267,6 @@ def plot_attention(points: Sequence[AttentionPoint]):
     arguments.instance("points", points, (list, tuple))
     if not points or not all(isinstance(p, AttentionPoint) for p in points):
         raise ValueError("points must be a non-empty list of AttentionPoint (from measure_attention)")
-    import matplotlib.pyplot as plt
 
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10.0, 4.0))
     x = [p.seq_len for p in points]

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hwopt import arguments, roofline
+from hwopt import arguments, plots, roofline, widgets
 from hwopt.machine import bench, probe
 
 CHAIN_OPS = 4  # add bias, gelu, add residual, scale
@@ -251,8 +251,6 @@ def fusion_prediction(size_mb: float, n_ops: int, bandwidth_gbs: float, extra_in
 
 def plot_fusion_prediction(size_mb: float, n_ops: int, bandwidth_gbs: float, extra_inputs: int = 1, ax=None):
     """Bars of predicted unfused vs fused time for the slider; returns the Figure."""
-    from hwopt import plots
-
     p = fusion_prediction(size_mb, n_ops, bandwidth_gbs, extra_inputs)
     ax = plots.axes(
         "predicted time at the memory roof (ms)",
@@ -293,8 +291,6 @@ def max_abs_error(candidate: torch.Tensor, reference: torch.Tensor) -> float:
 
 def fusion_explorer(bandwidth_gbs: float):
     """Sliders (tensor size, ops in the chain) -> predicted unfused vs fused time at bandwidth_gbs."""
-    from hwopt import widgets
-
     bandwidth_gbs = arguments.positive("bandwidth_gbs", bandwidth_gbs)
     return widgets.explore(
         plot_fusion_prediction,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from hwopt import arguments, formats, plots
-from hwopt.cost import footprint, phases
+from hwopt.cost import footprint, phases, serving
 from hwopt.experiments import precision
 from hwopt.machine import bench
 from hwopt.models import tiny_decoder
@@ -434,8 +434,6 @@ def serving_costs(times: PhaseTimes, sweep: ContextSweep) -> dict[str, float]:
 
 def lesson_summary(times: PhaseTimes, sweep: ContextSweep, kv_rows: list[dict], runs: dict) -> str:
     """Lesson 8's summary, in sentences built from the learner's own measurements."""
-    from hwopt.cost import serving
-
     arguments.instance("times", times, PhaseTimes)
     arguments.instance("sweep", sweep, ContextSweep)
     arguments.named("kv_rows", kv_precision_table, kv_rows)  # checks the rows

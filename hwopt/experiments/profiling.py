@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from hwopt import arguments
+from hwopt import arguments, plots, widgets
 from hwopt.machine import bench
 
 CATEGORIES = ("data", "preprocess", "compute")
@@ -239,8 +240,6 @@ def save_trace(prof, name: str = "pipeline", folder: str | Path = TRACE_DIR) -> 
 
 def plot_time_by_category(by_pipeline: dict[str, dict[str, float]], ax=None):
     """Stacked horizontal bars: ms per category for each pipeline ({'slow': {...}, 'fixed': {...}})."""
-    from hwopt import plots
-
     arguments.instance("by_pipeline", by_pipeline, dict)
     if not by_pipeline:
         raise ValueError("by_pipeline must hold at least one pipeline's times")
@@ -283,8 +282,6 @@ def plot_amdahl(times_ms: dict[str, float], category: str, factor: float, ax=Non
 
 def amdahl_explorer(times_ms: dict[str, float]):
     """Sliders (which category, how much faster) over plot_amdahl: optimize what the profile says."""
-    from hwopt import widgets
-
     _check_times(times_ms)
     return widgets.explore(
         plot_amdahl,
@@ -318,8 +315,6 @@ def nsys_command(script: str = "train.py", output: str = "pipeline_report") -> l
 
 def run_nsys(script: str | Path, output: str | Path, timeout_s: float = 300) -> str:
     """Profile `python script` with Nsight Systems, then return `nsys stats` text (needs nsys on PATH)."""
-    import subprocess
-
     arguments.instance("script", script, (str, Path))
     arguments.instance("output", output, (str, Path))
     arguments.text("script", str(script))

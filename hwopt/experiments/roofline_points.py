@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from hwopt import arguments, formats, plots, roofline
 from hwopt.machine import bench, probe
@@ -19,8 +20,6 @@ MATMUL_SIZES: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048)
 def matmul_sweep(sizes: Sequence[int] = MATMUL_SIZES, device="cpu", precision="fp32",
                  progress: bool = True) -> list[float]:
     """Best measured FLOP/s (2 n^3 per product) of an n x n matmul at each size, via probe.matmul_flops."""
-    from tqdm.auto import tqdm
-
     sizes = arguments.finite_array("sizes", sizes, ndim=1, integer=True, minimum=1,
                                    maximum=arguments.LIMITS["dimension"]).tolist()
     device = bench.resolve_device(device)

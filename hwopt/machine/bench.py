@@ -15,7 +15,10 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from hwopt import arguments
+import torch
+from threadpoolctl import threadpool_limits
+
+from hwopt import arguments, plots
 
 NOISE_THRESHOLD = 0.15  # relative IQR (IQR / median) above which a measurement is called noisy
 TARGET_REPEAT_S = 0.010  # auto-picked `number` makes one repeat last at least this long (seconds)
@@ -146,8 +149,6 @@ DEVICE_ENV = "HWOPT_DEVICE"  # set (cpu, cuda, mps): what 'auto' means, e.g. for
 def resolve_device(device="auto") -> str:
     """'auto' -> $HWOPT_DEVICE if set, else 'cuda' if available, else 'mps' if available, else 'cpu';
     checks an explicit choice."""
-    import torch
-
     name, base = _check_device(device)
     if base == "auto" and os.environ.get(DEVICE_ENV, "").strip():
         chosen = os.environ[DEVICE_ENV]
@@ -172,12 +173,8 @@ def sync(device="cpu") -> None:
     """Wait until queued work on `device` has finished (CUDA/MPS run asynchronously; CPU: no-op)."""
     name, _ = _check_device(device)
     if name.startswith("cuda"):
-        import torch
-
         torch.cuda.synchronize(name if ":" in name else None)
     elif name.startswith("mps"):
-        import torch
-
         torch.mps.synchronize()
 
 
@@ -185,16 +182,10 @@ def sync(device="cpu") -> None:
 def threads(n: int) -> Iterator[int]:
     """Run the block with `n` threads for torch and BLAS (numpy), restoring the previous settings after."""
     n = arguments.count("n", n, "threads")
-    import torch
 
     previous = torch.get_num_threads()
     with contextlib.ExitStack() as stack:
-        try:
-            from threadpoolctl import threadpool_limits
-
-            stack.enter_context(threadpool_limits(limits=n, user_api="blas"))
-        except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
-            pass
+        stack.enter_context(threadpool_limits(limits=n, user_api="blas"))
         torch.set_num_threads(n)
         try:
             yield n
@@ -332,8 +323,6 @@ def speedup(baseline: Measurement, candidate: Measurement) -> float:
 
 def plot_measurements(measurements, ax=None, *, unit: str = "ms"):
     """Horizontal bars of the median per call with IQR whiskers and a min marker; returns the Figure."""
-    from hwopt import plots
-
     arguments.instance("measurements", measurements, (Mapping, list, tuple))
     items = list(measurements.values()) if isinstance(measurements, Mapping) else list(measurements)
     if not items or not all(isinstance(m, Measurement) for m in items):

@@ -11,7 +11,12 @@ import platform
 import subprocess
 from dataclasses import asdict, dataclass, field
 
+import onnxruntime
+import psutil
+import torch
+
 from hwopt import arguments
+from hwopt.machine import probe
 
 GIB = 2**30
 
@@ -216,11 +221,7 @@ def run_sysctl() -> str | None:
 
 
 def cuda_gpus() -> list[GPUInfo]:
-    """CUDA devices seen by torch ([] without torch or without a GPU)."""
-    try:
-        import torch
-    except ImportError:
-        return []
+    """CUDA devices seen by torch ([] without a GPU)."""
     try:
         if not torch.cuda.is_available():
             return []
@@ -233,9 +234,8 @@ def cuda_gpus() -> list[GPUInfo]:
 def mps_available() -> bool:
     """True when torch can use Apple's Metal (MPS) backend."""
     try:
-        import torch
         return bool(torch.backends.mps.is_available())
-    except (ImportError, AttributeError):
+    except AttributeError:  # a torch build without the MPS backend
         return False
 
 
@@ -246,12 +246,8 @@ def last_level_cache(device="cpu") -> tuple[str, int | None]:
     name = str(device).strip().lower()
     kind, _, index = name.partition(":")
     if kind == "cpu" and not index:
-        from hwopt.machine import probe
-
         return "last-level cache", probe.last_level_cache_bytes()
     if kind == "cuda" and (not index or index.isdigit()):
-        import torch
-
         size = getattr(torch.cuda.get_device_properties(int(index or 0)), "L2_cache_size", None)
         return "L2 cache", int(size) if size else None
     if kind == "mps" and not index:
@@ -260,11 +256,7 @@ def last_level_cache(device="cpu") -> tuple[str, int | None]:
 
 
 def torch_info() -> dict:
-    """torch version, intra-op threads and the CPU kernels' capability (None values without torch)."""
-    try:
-        import torch
-    except ImportError:
-        return {"torch_version": None, "torch_threads": None, "torch_cpu_capability": None}
+    """torch version, intra-op threads and the CPU kernels' capability (None where torch does not say)."""
     try:
         capability = torch.backends.cpu.get_cpu_capability()
     except AttributeError:
@@ -274,34 +266,18 @@ def torch_info() -> dict:
 
 
 def ort_info() -> dict:
-    """onnxruntime version and execution providers (None and [] when onnxruntime is not installed)."""
-    try:
-        import onnxruntime
-    except ImportError:
-        return {"ort_version": None, "ort_providers": []}
+    """onnxruntime version and execution providers."""
     return {"ort_version": onnxruntime.__version__,
             "ort_providers": list(onnxruntime.get_available_providers())}
 
 
 def _ram_fallback_gb() -> float | None:
-    """Total RAM in GiB from psutil or sysconf, when neither /proc nor sysctl answered."""
-    try:
-        import psutil
-        return psutil.virtual_memory().total / GIB
-    except ImportError:
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
-    except (ValueError, OSError, AttributeError):
-        return None
+    """Total RAM in GiB from psutil, when neither /proc nor sysctl answered."""
+    return psutil.virtual_memory().total / GIB
 
 
 def _physical_fallback() -> int | None:
-    try:
-        import psutil
-        return psutil.cpu_count(logical=False)
-    except ImportError:
-        return None
+    return psutil.cpu_count(logical=False)
 
 
 def cpu_info() -> dict:

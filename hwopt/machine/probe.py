@@ -16,6 +16,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+from tqdm.auto import tqdm
+
 from hwopt import arguments, formats, roofline
 from hwopt.machine import bench
 
@@ -101,8 +105,6 @@ def default_array_mb(device="cpu") -> float:
     """Per-array size (MB) for the bandwidth probe: 4x the last-level cache, within 64..512 MB (GPU: 1 GB)."""
     kind = _device_kind(device)
     if kind == "cuda":
-        import torch
-
         free, _ = torch.cuda.mem_get_info()
         return float(min(1024, free / 8 / 2**20))
     if kind == "mps":
@@ -129,8 +131,6 @@ def memory_bandwidth_gbs(
 
     size_mb is per array (three arrays); default: 4x the last-level cache (CPU) or 1 GB (GPU).
     """
-    import torch
-
     device = bench.resolve_device(device)
     precision = formats.name(precision, supported=BANDWIDTH_PRECISIONS)
     if size_mb is None:
@@ -151,8 +151,6 @@ def memory_bandwidth_gbs(
 
 def _matmul_fns(precision: str, device: str, n: int) -> dict[str, Callable[[], object]]:
     """Zero-argument functions, one per library, multiplying two n x n matrices of `precision` on `device`."""
-    import torch
-
     kind = device.split(":")[0]
     if precision == "int8":
         if kind == "cuda":
@@ -163,7 +161,6 @@ def _matmul_fns(precision: str, device: str, n: int) -> dict[str, Callable[[], o
             raise UnsupportedPrecision(f"precision 'int8' has no matmul probe on device {device!r}")
         with warnings.catch_warnings():  # torch.ao.quantization warns that it is deprecated
             warnings.simplefilter("ignore")
-            from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
             layer = DynamicLinear(n, n, dtype=torch.qint8)
             layer.set_weight_bias(
@@ -294,8 +291,6 @@ def probe(
     progress: bool = False,
 ) -> Ceilings:
     """Measure bandwidth and matmul FLOP/s per precision (quick: ~2 s each; full: up to ~12 s each)."""
-    import torch
-
     device = bench.resolve_device(device)
     kind = device.split(":")[0]
     explicit = precisions is not None
@@ -316,8 +311,6 @@ def probe(
     flops: dict[str, float] = {}
     steps = names
     if progress:
-        from tqdm.auto import tqdm
-
         steps = tqdm(names, desc="matmul FLOP/s", leave=False)
     for d in steps:
         try:

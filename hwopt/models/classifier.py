@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from sklearn.datasets import load_digits as sk_load_digits
 from torch import nn
 
 from hwopt import arguments
@@ -33,7 +34,6 @@ def load_digits(test_fraction: float = 0.2, seed: int = 0) -> Digits:
     """scikit-learn's bundled digits, pixels scaled to [0, 1], split with a fixed shuffle."""
     test_fraction = arguments.fraction("test_fraction", test_fraction, allow_one=False)
     seed = arguments.count("seed", seed, "seed", minimum=0)
-    from sklearn.datasets import load_digits as sk_load_digits
 
     bunch = sk_load_digits()
     x = torch.tensor(bunch.data / 16.0, dtype=torch.float32)

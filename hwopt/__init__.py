@@ -1,25 +1,48 @@
-"""hwopt: the toolkit of the course Hardware Optimization for ML, in layers; each imports only those above it.
+"""hwopt: the toolkit of the course Hardware Optimization for ML, in layers; a module imports only from its own
+layer and the layers before it (LAYERS, in that order; tests/test_layers.py checks it, and that no modules
+import each other in a circle).
 
-- formats, arguments, plots, widgets: the vocabulary of number formats, the one argument checker, the one
-  plotting style and the sliders; every layer below uses them.
-- data/: the course's data, every row with its source (chips.csv, model_shapes.csv), shipped in the package.
-- machine/ (measuring the machine): hardware (what is this machine), specs (the chip table, data/chips.csv),
-  bench (timing), probe (live ceilings: GB/s, FLOP/s), card (the machine card).
-- cost/ (models of cost): roofline, costs (time and dollars per chip), batching, serving (queueing, chunked
-  prefill), footprint (memory capacity: weights + KV cache + activations), phases (prefill and decode: FLOPs,
-  bytes, intensity), paging (contiguous vs paged KV-cache allocation), speculative (tokens per target step and
-  the speedup of speculative decoding).
-- experiments/ (what the lessons run): roofline_points, decode, lowbit_gemv, tiny_decoder, precision,
-  classifier, fusion, ort, profiling, prefill_decode (TTFT, decode vs context, KV precision on the tiny
-  decoder), fake_quant (any format of formats, fp8/mxfp4/nvfp4 emulated), outliers (outlier channels,
-  SmoothQuant, AWQ), speculative (draft and target decoders, speculative greedy decoding), attention (naive vs
-  fused vs tiled attention, the N x N score matrix), launch_overhead (per-op overhead, CUDA graphs).
-- course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox), colab, quiz (the
-  practice quiz's question bank and each student's draw from it), notebook_outputs (notebooks are committed
-  without outputs), record (lessons run headless on a device, saved in data/recordings/), site (the course as
-  a website).
-- recordings: a lesson's headline figures, saved while a run is recorded, and other chips' recorded runs
-  read back for comparison.
+1. arguments: the one argument checker.
+2. formats (number formats: bits, bytes per weight with block scales, chip-table columns), data/ (the
+   course's data, every row with its source: chips.csv, model_shapes.csv), plots (the one plotting style),
+   widgets (the sliders), recordings (headline figures of a recorded run, and other chips' runs read back).
+3. roofline: the pure maths of the roofline (intensity, ridge point, attainable FLOP/s, time bound, the plot).
+4. machine/ (measuring the machine): hardware (what is this machine), toolchain (its C compiler), specs (the
+   chip table and each chip's peak rule), bench (timing), probe (live ceilings: GB/s, FLOP/s), card (the
+   machine card).
+5. cost/ (models of cost): costs (time and dollars per chip), batching, serving (queueing, chunked prefill),
+   footprint (memory capacity: weights + KV cache + activations), phases (prefill and decode: FLOPs, bytes,
+   intensity), paging (contiguous vs paged KV-cache allocation), speculative (tokens per target step and the
+   speedup of speculative decoding).
+6. kernels/ (code that computes fast): lowbit_gemv (the course's C kernel, built on the learner's machine,
+   and its loader), ort (ONNX Runtime: export, sessions, graph optimization, quantized graphs).
+7. models/ (model definitions): mlp, classifier (the digits MLP), tiny_decoder (a decoder-only transformer
+   with a KV cache, its single-token steps in the C kernel where it builds).
+8. experiments/ (what the lessons run and report): roofline_points, decode (decode steps by runtime and
+   format), decode_speed (a decoder's tokens/s against its bound), precision, fake_quant (any format of
+   formats, fp8/mxfp4/nvfp4 emulated), outliers (outlier channels, SmoothQuant, AWQ), fusion, profiling,
+   prefill_decode (TTFT, decode vs context, KV precision), speculative_decoding (draft and target, greedy
+   speculative decoding), attention (naive vs fused vs tiled attention), launch_overhead (per-op overhead,
+   CUDA graphs).
+9. course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox), colab, quiz (the
+   practice quiz's bank and each student's draw from it), notebook_outputs (notebooks are committed without
+   outputs), record (lessons run headless on a device, saved in data/recordings/), site (the course as a
+   website).
+10. __main__: the command line (`python -m hwopt`).
 """
 
 __version__ = "0.1.0"
+
+# The layers, first to last: each entry names the top-level modules and subpackages of one layer.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("arguments",),
+    ("formats", "data", "plots", "widgets", "recordings"),
+    ("roofline",),
+    ("machine",),
+    ("cost",),
+    ("kernels",),
+    ("models",),
+    ("experiments",),
+    ("course",),
+    ("__main__",),
+)

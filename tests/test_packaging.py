@@ -37,19 +37,6 @@ def third_party_imports(package: Path = ROOT / "hwopt") -> dict[str, set[str]]:
     return found
 
 
-def unguarded_imports(module: str, package: Path = ROOT / "hwopt") -> list[str]:
-    """Files importing `module` at module level (so importing the toolkit would fail where it is missing)."""
-    found = []
-    for path in sorted(package.rglob("*.py")):
-        tree = ast.parse(path.read_text(), str(path))
-        guarded = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.Try)
-                   for stmt in node.body for inner in ast.walk(stmt)}
-        for node in ast.walk(tree):
-            if module in imported_modules(node) and id(node) not in guarded:
-                found.append(path.relative_to(ROOT).as_posix())
-    return sorted(set(found))
-
-
 def distribution_of(module: str) -> str:
     """Canonical name of the installed distribution that provides a top-level module."""
     dists = importlib.metadata.packages_distributions().get(module)
@@ -71,14 +58,14 @@ def test_every_third_party_import_is_a_declared_or_documented_optional_dependenc
     assert not undeclared, f"add these to pyproject's [project].dependencies (imported by): {undeclared}"
 
 
-def test_optional_imports_are_the_grading_machinerys_or_lazy_and_their_group_installs_them():
+def test_ruff_keeps_optional_imports_inside_functions_and_their_group_installs_them():
     groups = PYPROJECT["project"]["optional-dependencies"]
     imports = third_party_imports()
-    for module, group in PYPROJECT["tool"]["hwopt"]["optional-imports"].items():
+    optional = PYPROJECT["tool"]["hwopt"]["optional-imports"]
+    banned = PYPROJECT["tool"]["ruff"]["lint"]["flake8-tidy-imports"]["banned-module-level-imports"]
+    assert sorted(banned) == sorted(optional), "ruff's banned-module-level-imports: the optional imports"
+    for module, group in optional.items():
         assert module in imports, f"{module!r} is listed as an optional import but nothing imports it"
-        outside = [f for f in unguarded_imports(module) if not f.startswith("hwopt/course/grading/")]
-        assert not outside, (f"{module!r} is optional: outside hwopt.course.grading import it only inside "
-                             f"the functions that need it (or a try), never at module level: {outside}")
         members = requirement_names(groups[group])
         brought = members | {canonicalize_name(Requirement(r).name) for m in members
                              for r in importlib.metadata.requires(m) or () if "extra ==" not in r}

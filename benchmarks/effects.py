@@ -105,11 +105,14 @@ ATTENTION = [("SDPA / naive attention at 4k tokens", 2.0)]
 SPECULATIVE = [("speculative speedup predicted / measured", (0.7, 1.3))]
 
 
+DECODE_D_MODEL = 4096  # the width of lesson 2's decode stack
+
+
 def setup_decode(quick: bool) -> Setup:
     """Lesson 2: the decode step's int8 and int4 paths (ONNX Runtime, C kernel) vs the best fp32 path."""
     decode = need("experiments.decode", "make_stack", "layers_for_working_set", "decode_paths", "check_paths",
                   "SETTLE_S", "CACHE_MARGIN")
-    d_model = 4096
+    d_model = DECODE_D_MODEL
     # sized as lesson 2 sizes it
     n_layers = min(8, decode.layers_for_working_set(d_model, decode.CACHE_MARGIN * _llc_bytes()))
     stack = decode.make_stack(d_model, n_layers)
@@ -139,7 +142,8 @@ def setup_decode(quick: bool) -> Setup:
             f"row times the {path.label} of {d_model}x{d_model} ({path.weight_bytes / 1e6:,.0f} MB, "
             f"{FROM_MEMORY_MULTIPLE}x the cache) from memory; {counted}")))
     baseline = avx2_paths(stack, paths)  # where this CPU runs a wider path: the one AVX2-only CPUs run
-    decode.check_paths(baseline, stack)
+    if baseline:
+        decode.check_paths(baseline, stack)
     paths |= baseline
     vs_stream += [AgainstStream(f"{p.precision} decode, C kernel's AVX2 path, bytes/s / STREAM", None,
                                 [label], "for information: the C kernel built for AVX2 + FMA only, as on an "

@@ -809,6 +809,28 @@ def test_quick_mode_runs_the_assignments_and_skips_the_lessons(monkeypatch, tmp_
     assert [r["status"] for r in rows] == ["skipped", "ok"]
 
 
+@pytest.mark.parametrize("cpu", ["this CPU", "an AVX2-only CPU"])
+def test_the_decode_setup_checks_and_times_every_path_this_cpu_runs(cpu, monkeypatch):
+    """The report's decode section on a small stack, as this CPU runs it and as a CPU whose best path is AVX2
+    (where there is no wider path to set the AVX2 one against)."""
+    if cpu != "this CPU":
+        if reason := lowbit_gemv.unavailable_reason():
+            pytest.skip(f"no C kernel here: {reason}")
+        monkeypatch.setattr(effects.lowbit_gemv, "kernel_path", lambda lib=None: "avx2")
+    monkeypatch.setattr(effects, "DECODE_D_MODEL", 256)
+    monkeypatch.setattr(effects, "_llc_bytes", lambda: 2**20)
+    setup = effects.setup_decode(quick=True)
+    labels = set(setup.fns)
+    assert {"fp32", "int8", "int4"} <= {p for label in labels for p in ("fp32", "int8", "int4") if p in label}
+    assert any("AVX2 path" in label for label in labels) == (
+        cpu == "this CPU" and lowbit_gemv.unavailable_reason() is None and lowbit_gemv.kernel_path() != "avx2"
+        and "avx2" in lowbit_gemv.runnable_paths())
+    for label, fn in setup.fns.items():
+        assert np.all(np.isfinite(fn())), label
+    assert set(setup.bytes_moved) == labels
+    assert [c.name for c in setup.comparisons] == [name for name, _ in effects.DECODE[:2]]
+
+
 def test_the_c_kernels_avx2_path_is_timed_where_this_cpu_builds_a_wider_one():
     if lowbit_gemv.unavailable_reason():
         pytest.skip(f"the C kernel does not build here: {lowbit_gemv.unavailable_reason()}")

@@ -38,7 +38,8 @@ def measure(build_dir: Path, *, quick: bool, threads: int, progress=None) -> tup
     gemm_n = 2048 if quick else 4096
     notes.append(
         f"{threads} threads for every kernel (the probe's torch thread count); STREAM arrays: 3 x "
-        f"{n * 8 / MB:,.0f} MB doubles (last-level cache {llc / MB:,.0f} MB); sgemm "
+        f"{n * 8 / MB:,.0f} MB doubles, the probe's the same bytes of floats (last-level cache "
+        f"{llc / MB:,.0f} MB); sgemm "
         f"{gemm_n}x{gemm_n} float32; {rounds} interleaved rounds (reference, probe, reference, probe, ...)."
         if llc else f"{threads} threads; {rounds} interleaved rounds.")
 
@@ -55,11 +56,13 @@ def measure(build_dir: Path, *, quick: bool, threads: int, progress=None) -> tup
                 out = native.run_stream(exes["stream"], n, 4, threads=threads)
                 per_round["STREAM Copy (C)"].append(max(_rates(out["copy_bytes"], out["copy_s"])))
                 per_round["STREAM Triad (C)"].append(max(_rates(out["triad_bytes"], out["triad_s"])))
-            per_round["bandwidth probe"].append(probe.memory_bandwidth_gbs(device="cpu"))
+            # the probe on arrays of STREAM's bytes: the two differ only in the code that streams them
+            array_mb = n * 8 / 2**20
+            per_round["bandwidth probe"].append(probe.memory_bandwidth_gbs(device="cpu", size_mb=array_mb))
             res = bench.compare(fns, warmup=1 if r == 0 else 0, repeats=2, number=1)
             for label, m in res.items():
                 per_round[label].append(2.0 * gemm_n**3 / m.min_s / 1e9)
-            per_round["FLOP/s probe"].append(probe.matmul_flops("float32", device="cpu", quick=quick) / 1e9)
+            per_round["FLOP/s probe"].append(probe.matmul_flops("fp32", device="cpu", quick=quick) / 1e9)
             if "fma_peak" in exes:
                 out = native.run_fma_peak(exes["fma_peak"], 30_000_000 if quick else 60_000_000, 3,
                                           threads=threads)

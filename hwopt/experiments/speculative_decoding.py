@@ -16,12 +16,12 @@ import torch
 from torch import nn
 
 from hwopt import arguments
-from hwopt.cost import speculative as cost
+from hwopt.cost import speculative
 from hwopt.machine import bench
 from hwopt.models import tiny_decoder as td
 
 # CPU threads for the timed decoding: a decode step is too small to split well, and threads that spin while
-# another program holds the cores slow it many times over (measured on a busy 2-core machine: 8x).
+# another program holds the cores slow it many times over.
 DECODE_THREADS = 1
 
 
@@ -56,7 +56,7 @@ def _check_pair(draft, target, prompt, new_tokens: int, draft_len: int) -> None:
     if prompt.shape[0] != 1:
         raise ValueError(f"prompt must hold one sequence (batch 1); got shape {tuple(prompt.shape)}")
     arguments.count("new_tokens", new_tokens, "tokens")
-    arguments.between("draft_len", draft_len, 1, cost.MAX_DRAFT_LEN, integer=True)
+    arguments.between("draft_len", draft_len, 1, speculative.MAX_DRAFT_LEN, integer=True)
     longest = prompt.shape[1] + new_tokens + draft_len
     if longest > min(draft.max_len, target.max_len):
         raise ValueError(f"new_tokens must leave room for a draft: prompt + new_tokens + draft_len = "
@@ -84,8 +84,8 @@ class SpeculativeRun:
 
     @property
     def acceptance(self) -> float:
-        """The acceptance rate a estimated from these steps (cost.acceptance_rate)."""
-        return cost.acceptance_rate(self.accepted_per_step, self.draft_len)
+        """The acceptance rate a estimated from these steps (speculative.acceptance_rate)."""
+        return speculative.acceptance_rate(self.accepted_per_step, self.draft_len)
 
 
 @torch.inference_mode()
@@ -139,7 +139,7 @@ def acceptance_by_difference(differences, draft_len: int = 4, new_tokens: int = 
     """{difference: SpeculativeRun}: the measured acceptance as the target moves away from the draft
     (model_kwargs go to make_draft_and_target)."""
     values = arguments.finite_array("differences", differences, ndim=1, minimum=0, maximum=10.0)
-    arguments.between("draft_len", draft_len, 1, cost.MAX_DRAFT_LEN, integer=True)
+    arguments.between("draft_len", draft_len, 1, speculative.MAX_DRAFT_LEN, integer=True)
     arguments.count("new_tokens", new_tokens, "tokens")
     runs = {}
     with bench.threads(DECODE_THREADS):
@@ -223,8 +223,8 @@ def predicted_over_measured(run: SpeculativeRun, costs: StepCosts, timings: dict
     if set(timings) != {"target greedy", "speculative"}:
         raise ValueError("timings must be compare_generation's {'target greedy', 'speculative'} measurements")
     k, a, c = run.draft_len, run.acceptance, costs.cost_ratio
-    return {"predicted": cost.predicted_speedup(a, k, c),
-            "predicted_with_verify": cost.predicted_speedup(a, k, c, costs.verify_ratio),
+    return {"predicted": speculative.predicted_speedup(a, k, c),
+            "predicted_with_verify": speculative.predicted_speedup(a, k, c, costs.verify_ratio),
             "measured": bench.speedup(timings["target greedy"], timings["speculative"])}
 
 
@@ -234,7 +234,7 @@ def speedup_report(run: SpeculativeRun, costs: StepCosts, timings: dict) -> str:
     k, a, c, v = run.draft_len, run.acceptance, costs.cost_ratio, costs.verify_ratio
     predicted, measured = s["predicted"], s["measured"]
     lines = [f"measured acceptance a = {a:.2f} over {run.target_steps} target steps; tokens per step: "
-             f"formula {cost.expected_tokens_per_step(a, k):.2f}, measured {run.tokens_per_step:.2f}",
+             f"formula {speculative.expected_tokens_per_step(a, k):.2f}, measured {run.tokens_per_step:.2f}",
              f"c = draft / target step = {c:.2f}; predicted speedup E / (1 + k c) = {predicted:.2f}x, "
              f"measured {measured:.2f}x: predicted / measured = {predicted / measured:.2f}",
              f"verifying {k + 1} tokens cost v = {v:.2f} target steps here; E / (v + k c) = "

@@ -1,6 +1,6 @@
-"""hwopt: the toolkit of the course Hardware Optimization for ML, in layers; a module imports only from its own
-layer and the layers before it (LAYERS, in that order; tests/test_layers.py checks it, and that no modules
-import each other in a circle).
+"""hwopt: the toolkit of the course Hardware Optimization for ML, in layers; a module imports only from its
+own layer and the layers before it (LAYERS, in that order; tests/test_layers.py checks it, and that no
+modules import each other in a circle).
 
 1. arguments: the one argument checker.
 2. formats (number formats: bits, bytes per weight with block scales, chip-table columns), data/ (the

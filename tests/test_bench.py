@@ -2,15 +2,13 @@
 
 import warnings
 
-import matplotlib
+import numpy as np
+import pytest
+import threadpoolctl
+import torch
 
-matplotlib.use("Agg")
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from hwopt.machine import bench  # noqa: E402
-from hwopt.machine.bench import Measurement  # noqa: E402
+from hwopt.machine import bench
+from hwopt.machine.bench import Measurement
 
 
 class FakeClock:
@@ -47,7 +45,6 @@ def test_measurement_statistics_match_hand_computed_quartiles():
 
 
 def test_quartiles_interpolate_like_numpy():
-    np = pytest.importorskip("numpy")
     times = (0.3, 0.1, 0.7, 0.2, 0.9, 0.4)
     m = Measurement("x", times)
     assert m.q1_s == pytest.approx(np.percentile(times, 25))
@@ -56,7 +53,6 @@ def test_quartiles_interpolate_like_numpy():
 
 
 def test_quantile_is_numpys_linear_quantile_and_rejects_bad_input():
-    np = pytest.importorskip("numpy")
     values = np.random.default_rng(0).standard_normal(11).tolist()
     for q in (0.0, 0.1, 0.25, 0.5, 0.9, 1.0):
         assert bench.quantile(values, q) == pytest.approx(float(np.percentile(values, 100 * q)))
@@ -335,7 +331,6 @@ def test_resolve_device_rejects_unknown_and_unavailable(monkeypatch):
 
 
 def test_threads_sets_and_restores_torch_and_blas_threads():
-    threadpoolctl = pytest.importorskip("threadpoolctl")
     before = torch.get_num_threads()
     blas_before = [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
     with bench.threads(1) as n:

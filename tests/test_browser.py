@@ -29,8 +29,8 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--disable-quic"]
 # The lesson whose slider the test moves (a fast one first) and the assignment whose visible tests it passes.
-LESSONS = ("notebooks/03_batching.ipynb",)
-ASSIGNMENTS = ("release/batching",)
+LESSON = "notebooks/03_batching.ipynb"  # a lesson with a slider
+ASSIGNMENT = "release/batching"  # an assignment with visible tests
 # JupyterLab settings for a quiet, deterministic page: every cell in the DOM, no news or update pop-ups.
 LAB_SETTINGS = {
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
@@ -71,15 +71,6 @@ def test_without_chromium_the_browser_test_skips_saying_how_to_enable_it_but_fai
     with pytest.raises(pytest.fail.Exception, match="CI must run it"):
         require_chromium(missing, {"CI": "true"})
     assert require_chromium(Path(sys.executable), {"CI": "true"}) is None
-
-
-def first_existing(candidates, pattern):
-    """The first candidate path that exists, else the first match of pattern (relative to the repository)."""
-    for rel in candidates:
-        if (ROOT / rel).exists():
-            return rel
-    matches = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob(pattern))
-    return matches[0] if matches else None
 
 
 def free_port() -> int:
@@ -267,13 +258,10 @@ def test_widget_messages_go_to_the_kernels_main_thread(lab):
 
 
 def test_a_lesson_slider_moved_in_chromium_changes_its_output(lab, page):
-    lesson = first_existing(LESSONS, "notebooks/*.ipynb")
-    if lesson is None:
-        pytest.skip("no lesson notebook yet")
-    panel = open_notebook(page, lab, lesson)
+    panel = open_notebook(page, lab, LESSON)
     run_all_and_wait(page)
     outputs = code_outputs(page)
-    assert not errors_in(outputs), f"{lesson} raised in the browser: {errors_in(outputs)}"
+    assert not errors_in(outputs), f"{LESSON} raised in the browser: {errors_in(outputs)}"
     slider = panel.locator(".widget-slider").first
     slider.wait_for(state="visible", timeout=60_000)
     slider.scroll_into_view_if_needed()
@@ -314,9 +302,7 @@ def type_into_cell(panel, index, text):
 
 
 def test_an_assignment_filled_in_chromium_passes_its_visible_tests(lab, page):
-    folder = first_existing(ASSIGNMENTS, "release/*")
-    if folder is None:
-        pytest.skip("no released assignment yet")
+    folder = ASSIGNMENT
     notebook = sorted((ROOT / folder).glob("*.ipynb"))[0]
     rel = notebook.relative_to(ROOT).as_posix()
     solutions = solutions_by_grade_id(ROOT / "source" / Path(folder).name / notebook.name)

@@ -806,7 +806,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "Ceilings.to_ceiling": lambda: call(ceilings().to_ceiling, "fp32", label="here", text="label"),
         "Ceilings.to_dict": lambda: call(ceilings().to_dict),
         # The valid call measures bandwidth on arrays 4x the last-level cache and matmuls for seconds (see
-        # tests/test_probe.py); the bad values are refused before any measuring.
+        # tests/machine/test_probe.py); the bad values are refused before any measuring.
         "probe": lambda: call(probe.probe, "cpu", ["fp32"], True, threads=1, progress=False,
                               run_valid=False),
     }),

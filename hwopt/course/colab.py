@@ -34,7 +34,7 @@ README_START, README_END = "<!-- notebooks:start -->", "<!-- notebooks:end -->"
 # except where pyproject's [tool.hwopt.colab-setup] names versions that keep Colab's packages as they are.
 COLAB_MISSING = ("onnx", "onnxruntime", "onnxscript")
 # Colab's packages as published (a pip-freeze, its source commit in its header): the setup cell must change
-# none of them (tests/test_colab_resolution.py resolves its installs against this file).
+# none of them (tests/course/test_colab_resolution.py resolves its installs against this file).
 COLAB_FREEZE = Path(__file__).with_name("colab_pip_freeze.txt")
 # Colab's widget and IPython stack (versions from COLAB_FREEZE), put in front of this environment's packages
 # by `overlay` for the compatibility tests: the packages and those dependencies whose versions differ.

@@ -62,7 +62,7 @@ def test_badges_and_setup_cells_use_the_one_repository_url():
         assert link.startswith(f"{github}/blob/{colab.BRANCH}/"), f"badge points elsewhere: {link}"
     assert colab.REPO_URL in colab.setup_cell_source("notebooks/x.ipynb")
     # The address is written once in the code: hwopt/course/colab.py; everything else is generated from it.
-    for path in [*ROOT.glob("hwopt/**/*.py"), *ROOT.glob("tests/*.py"), ROOT / "Makefile"]:
+    for path in [*ROOT.glob("hwopt/**/*.py"), *ROOT.glob("tests/**/*.py"), ROOT / "Makefile"]:
         if path.name != "colab.py":
             assert colab.REPO_URL not in path.read_text(), f"{path.name} repeats the repository URL"
 

@@ -5,7 +5,7 @@ A second environment = this one's packages with Colab's widget and IPython versi
 folder on PYTHONPATH, built by `make colab-overlay` from hwopt.course.colab.COLAB_STACK at the stored Colab
 freeze's versions): the widget tests, one lesson and one assignment run there headless, in fresh processes,
 their kernels on Colab's ipykernel and IPython. (This environment's Python, not Colab's 3.13: Colab's torch
-build is not on the package index; tests/test_colab_resolution.py checks the setup cell's installs for 3.13.)
+build is not on the package index; tests/course/test_colab_resolution.py checks the setup cell's installs for 3.13.)
 """
 
 import json
@@ -70,7 +70,7 @@ def test_the_overlay_holds_colabs_widget_and_ipython_versions(colab_env):
 def widget_test_files():
     """Test modules that exercise the toolkit's widget builders (helpers and lesson explorers)."""
     pattern = re.compile(r"_explorer\(|hwopt\.widgets|from hwopt import .*\bwidgets\b")
-    return sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_*.py")
+    return sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py")
                   if not p.name.startswith(("test_colab", "test_browser")) and pattern.search(p.read_text()))
 
 

@@ -1,7 +1,9 @@
 """hwopt: the toolkit of the course Hardware Optimization for ML, in layers; each imports only those above it.
 
 - formats, arguments, plots, widgets: the vocabulary of number formats, the one argument checker, the one
-  plotting style and the sliders; every layer below uses them.
+  plotting style and the sliders; every layer below uses them. quantization: the codes and scales every
+  format stores (integer grids per tensor, channel or block, fp8, MXFP4, NVFP4), computed in one place for the
+  lessons and the kernels, which only pack them.
 - data/: the course's data, every row with its source (chips.csv, model_shapes.csv), shipped in the package.
 - machine/ (measuring the machine): hardware (what is this machine), specs (the chip table, data/chips.csv),
   bench (timing), probe (live ceilings: GB/s, FLOP/s), card (the machine card).
@@ -11,7 +13,7 @@
   the speedup of speculative decoding).
 - experiments/ (what the lessons run): roofline_points, decode, lowbit_gemv, tiny_decoder, precision,
   classifier, fusion, ort, profiling, prefill_decode (TTFT, decode vs context, KV precision on the tiny
-  decoder), fake_quant (any format of formats, fp8/mxfp4/nvfp4 emulated), outliers (outlier channels,
+  decoder), fake_quant (each format's error on a weight, measured and predicted), outliers (outlier channels,
   SmoothQuant, AWQ), speculative (draft and target decoders, speculative greedy decoding), attention (naive vs
   fused vs tiled attention, the N x N score matrix), launch_overhead (per-op overhead, CUDA graphs).
 - course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox), colab, quiz (the

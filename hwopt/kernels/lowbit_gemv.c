@@ -57,10 +57,7 @@
 
 #define MAX_THREADS 64
 /* A unit of work is a chunk of rows, about 1/CHUNKS_PER_MATRIX of a matrix's weights, within CHUNK_BYTES and
- * CHUNK_BYTES_MAX: long streams for the prefetchers, and still enough chunks that the cores finish together.
- * On 2 cores of a Xeon (AVX-512, STREAM Triad 30.5 GB/s), 1 GB stacks of 4096x4096 weights streamed from
- * memory at 31.9 GB/s in 1 MiB chunks instead of 23.4 in 64 KiB ones at fp32 (int8 28.3 and 27.2, int4 25.6
- * and 24.2), and the tiny decoder ran 163 tokens/s instead of 132. */
+ * CHUNK_BYTES_MAX: long streams for the prefetchers, and still enough chunks that the cores finish together. */
 #ifndef CHUNK_BYTES
 #define CHUNK_BYTES 65536
 #endif
@@ -71,9 +68,9 @@
 #define CHUNKS_PER_MATRIX 32
 #endif
 #ifndef SPIN_S
-#define SPIN_S 5e-5 /* how long an idle worker waits for the next call before it sleeps: 50 us decoded the
-                     * tiny decoder faster than 500 us or 2 ms on a shared EPYC Genoa (a late worker only
-                     * joins late: the caller starts at once) */
+#define SPIN_S 5e-5 /* how long an idle worker waits for the next call before it sleeps: briefly, since a
+                     * spinning worker holds a core the caller's own work between calls may need, and a late
+                     * worker only joins late (the caller starts at once) */
 #endif
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__FMA__)
@@ -300,9 +297,8 @@ static inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
 #endif
 }
 
-/* Weights asked for ahead of use go to L2 (T1), which holds more misses in flight than L1 and leaves it to
- * the data in use: on EPYC Genoa, T1 streamed as fast as T0 or faster in the same runs. The macros here and
- * FETCH_AHEAD below can be set with -D to try other values. */
+/* Weights asked for ahead of use go to L2 (T1), which holds more misses in flight than L1 and leaves L1 to
+ * the data in use. The macros here and FETCH_AHEAD below can be set with -D to try other values. */
 #ifndef PREFETCH_HINT
 #define PREFETCH_HINT _MM_HINT_T1
 #endif
@@ -363,7 +359,7 @@ static inline float dot1_f32(const float *w, long cols, const float *x) {
  * is one sequential stream of 128 bytes per step, fetched ahead of use. (A plain row of int8 weights is one
  * 4 KiB page, and the hardware prefetcher starts over at every page.) */
 #ifndef FETCH_AHEAD /* bytes: about what one core's share of the memory bandwidth brings in per latency */
-#define FETCH_AHEAD 4096 /* 4096 streamed faster than 1024 and as fast as 8192 on EPYC Genoa, both paths */
+#define FETCH_AHEAD 4096
 #endif
 
 static inline void fetch_ahead(const void *p) {

@@ -187,12 +187,17 @@ class Quantized:
         """True unless the codes carry zero points (an asymmetric integer grid)."""
         return self.zero_points is None
 
+    def numpy(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """codes, scales and zero points (None where symmetric) as numpy arrays, what a backend packs (shared
+        with tensors on the CPU, not copied)."""
+        return tuple(a.cpu().numpy() if isinstance(a, torch.Tensor) else a
+                     for a in (self.codes, self.scales, self.zero_points))
+
     def _parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, tuple]:
         """codes, scales expanded to codes' shape, zero points expanded likewise (or None), as numpy (float64
         where the codes are float64, else float32), and the like tuple of the input."""
         is_tensor = isinstance(self.codes, torch.Tensor)
-        codes, scales, zero_points = (None if a is None else (a.cpu().numpy() if is_tensor else np.asarray(a))
-                                      for a in (self.codes, self.scales, self.zero_points))
+        codes, scales, zero_points = self.numpy()
         work = np.float64 if str(self.dtype) in ("float64", "torch.float64") else np.float32
         like = (is_tensor, self.dtype, self.codes.device if is_tensor else None)
         return codes, _expand(scales, self, codes.shape, work), _expand(zero_points, self, codes.shape,

@@ -1251,6 +1251,7 @@ VALID: dict[str, Callable[[], Call]] = {
                                       zero="axis"),
         "Quantized.dequantize": lambda: call(quantization.quantize(weight(), "nvfp4").dequantize),
         "Quantized.steps": lambda: call(quantization.quantize(weight(), "int4_g32").steps),
+        "Quantized.numpy": lambda: call(quantization.quantize(weight(), 4, symmetric=False).numpy),
     }),
     **within("formats", {
         "Format.describe": lambda: call(formats.get("int4_g32").describe),

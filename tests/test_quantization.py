@@ -230,6 +230,9 @@ def test_results_are_arrays_of_the_type_given():
     assert isinstance(as_numpy.codes, np.ndarray) and as_numpy.codes.dtype == np.int8
     assert np.array_equal(as_torch.codes.numpy(), as_numpy.codes)
     assert isinstance(as_torch.steps(), torch.Tensor) and as_torch.steps().shape == w.shape
+    codes, scales, zero_points = as_torch.numpy()  # what a backend packs: numpy, shared with the tensors
+    assert isinstance(codes, np.ndarray) and np.shares_memory(codes, as_torch.codes.numpy())
+    assert scales.shape == (8, 2) and zero_points is None
     assert quantization.fake_quantize(torch.zeros(3, 4), 4, per_channel=True).abs().sum() == 0
 
 

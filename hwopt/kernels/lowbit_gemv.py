@@ -247,7 +247,7 @@ def _channel_codes(q: quantization.Quantized, precision: str) -> tuple[np.ndarra
     """q's codes as rows of w.T (N, K) and scales (N, blocks), checked to be quantize_weight's output."""
     arguments.instance("q", q, quantization.Quantized)
     stored = formats.get(WEIGHT_FORMATS[precision])
-    codes, scales = (a.cpu().numpy() if isinstance(a, torch.Tensor) else a for a in (q.codes, q.scales))
+    codes, scales, _ = q.numpy()
     block = stored.block or (codes.shape[0] if codes.ndim == 2 else 0)
     if (q.precision.name != stored.name or not q.symmetric or q.axis != 0 or q.block != block
             or codes.ndim != 2 or codes.shape[0] != codes.shape[1] or codes.shape[0] % 64):

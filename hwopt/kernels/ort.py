@@ -504,15 +504,11 @@ NBITS_BLOCK_SIZES = (16, 32, 64, 128, 256)  # weights per scale that MatMulNBits
 NBITS_BITS = (4, 8)  # the widths of MatMulNBits weights packed here
 
 
-def _numpy(array) -> np.ndarray | None:
-    return array.cpu().numpy() if isinstance(array, torch.Tensor) else array
-
-
 def _weight_codes(q, bits: tuple[int, ...], symmetric: bool, blocks: tuple[int, ...] | None):
     """Codes (K, N), scales and zero points (numpy) of q, checked to be `bits`-bit integer codes of a weight
     w (K, N) along K (axis 0, as in x @ w), symmetric or not, in one of `blocks` (None: per channel)."""
     arguments.instance("q", q, quantization.Quantized)
-    codes = _numpy(q.codes)
+    codes, scales, zero_points = q.numpy()
     along_k = codes.ndim == 2 and q.axis == 0
     if blocks is None:
         layout, fits = "one scale per output channel", along_k and q.block == codes.shape[0]
@@ -526,7 +522,7 @@ def _weight_codes(q, bits: tuple[int, ...], symmetric: bool, blocks: tuple[int, 
         raise ValueError(f"q must hold {kind} {widths}-bit integer codes of a weight (K, N) along K (axis 0) "
                          f"in {layout}; got {q.precision.name} codes of shape {codes.shape} "
                          f"along axis {q.axis}, {q.block} per scale, {'' if q.symmetric else 'a'}symmetric")
-    return codes, _numpy(q.scales), _numpy(q.zero_points)
+    return codes, scales, zero_points
 
 
 def matmul_integer_weights(q: quantization.Quantized) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -27,12 +27,12 @@ def measure(*, quick: bool) -> tuple[list[dict], list[str], list[dict]]:
             stack = decode.make_stack(d, 1)
             result = decode.time_paths(decode.decode_paths(stack, "cpu"), "cpu", repeats=repeats)
             for label, m in result.measurements.items():
-                used.setdefault(result.paths[label].weight_format, None)
+                used.setdefault(result.paths[label].storage_precision, None)
                 s = report.time_stats(m)
                 s["label"] = f"GEMV {d}x{d} {label}"
                 stats.append(s)
                 series.append({
-                    "variant": label, "format": result.paths[label].weight_format, "rows": d, "cols": d,
+                    "variant": label, "format": result.paths[label].storage_precision, "rows": d, "cols": d,
                     "weight_mb": result.paths[label].weight_bytes / 1e6, "median_ms": m.median_ms,
                     "q1_ms": m.q1_s * 1e3, "q3_ms": m.q3_s * 1e3, "gbs": result.achieved_gbs(label),
                     "relative_iqr": m.relative_iqr,

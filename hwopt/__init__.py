@@ -6,7 +6,9 @@ modules import each other in a circle).
 2. formats (number formats: bits, bytes per weight with block scales, chip-table columns), data/ (the
    course's data, every row with its source: chips.csv, model_shapes.csv), plots (the one plotting style),
    widgets (the sliders), recordings (headline figures of a recorded run, and other chips' runs read back).
-3. roofline: the pure maths of the roofline (intensity, ridge point, attainable FLOP/s, time bound, the plot).
+3. roofline: the pure maths of the roofline (intensity, ridge point, attainable FLOP/s, time bound, the plot);
+   quantization: the codes and scales every format stores (integer grids per tensor, channel or block, fp8,
+   MXFP4, NVFP4), computed in one place for the lessons and the kernels, which only pack them.
 4. machine/ (measuring the machine): hardware (what is this machine), toolchain (its C compiler), specs (the
    chip table and each chip's peak rule), bench (timing), probe (live ceilings: GB/s, FLOP/s), card (the
    machine card).
@@ -37,7 +39,7 @@ __version__ = "0.1.0"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("arguments",),
     ("formats", "data", "plots", "widgets", "recordings"),
-    ("roofline",),
+    ("roofline", "quantization"),
     ("machine",),
     ("cost",),
     ("kernels",),

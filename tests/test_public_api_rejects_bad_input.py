@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hwopt
-from hwopt import formats, plots, recordings, roofline, widgets
+from hwopt import formats, plots, quantization, recordings, roofline, widgets
 from hwopt.cost import batching, costs, footprint, paging, phases, serving, speculative
 from hwopt.experiments import (
     attention,
@@ -495,6 +495,11 @@ def square_weight() -> np.ndarray:
 
 
 @functools.cache
+def quantized(precision: str = "int4_g32", **kwargs) -> quantization.Quantized:
+    return quantization.quantize(square_weight(), precision, axis=0, **kwargs)
+
+
+@functools.cache
 def int8_session():
     return ort.make_session(decode.int8_model_bytes(stack()), threads=1)
 
@@ -836,26 +841,13 @@ VALID: dict[str, Callable[[], Call]] = {
         "relative_error": lambda: call(decode.relative_error, [1.0, 2.0], [1.0, 2.5],
                                        signed="y y_ref"),
         "numpy_step": lambda: call(decode.numpy_step, stack()),
-        "torch_step": lambda: call(decode.torch_step, stack(), "cpu", "float32"),
-        "quantize_int8": lambda: call(decode.quantize_int8, square_weight(), signed="w"),
-        "dequantize_int8": lambda: call(decode.dequantize_int8, *decode.quantize_int8(square_weight()),
-                                        zero="q zero_point"),
-        "quantize_int4": lambda: call(decode.quantize_int4, square_weight(), 32, signed="w"),
-        "dequantize_int4": lambda: call(decode.dequantize_int4, *decode.quantize_int4(square_weight()),
-                                        zero="packed", signed="scales"),
+        "torch_step": lambda: call(decode.torch_step, stack(), "cpu", "bf16"),
         "int8_model_bytes": lambda: call(decode.int8_model_bytes, stack()),
-        "quantize_int8_blocks": lambda: call(decode.quantize_int8_blocks, square_weight(), 16,
-                                             signed="w"),
-        "dequantize_int8_blocks": lambda: call(decode.dequantize_int8_blocks,
-                                               *decode.quantize_int8_blocks(square_weight()),
-                                               zero="packed", signed="scales"),
         "nbits_model_bytes": lambda: call(decode.nbits_model_bytes, stack(), 8, 32, 4,
                                           zero="accuracy_level"),
-        "int4_model_bytes": lambda: call(decode.int4_model_bytes, stack(), 32, 0,
-                                         zero="accuracy_level"),
         "nbits_format": lambda: call(decode.nbits_format, 4, 32),
         "ort_step": lambda: call(decode.ort_step, int8_session(), stack()),
-        "weight_formats": lambda: call(decode.weight_formats, 64),
+        "storage_precisions": lambda: call(decode.storage_precisions, 64),
         "prediction_table": lambda: call(decode.prediction_table, stack(), 20.0),
         "decode_paths": lambda: call(decode.decode_paths, stack(), "cpu", 1),
         "check_paths": lambda: call(decode.check_paths, decode_result().paths, stack()),
@@ -913,17 +905,11 @@ VALID: dict[str, Callable[[], Call]] = {
         "unavailable_reason": lambda: call(lowbit_gemv.unavailable_reason),
         "kernel_path": lambda: call(lowbit_gemv.kernel_path, kernel_library()),
         "path_report": lambda: call(lowbit_gemv.path_report, kernel_library()),
-        "quantize_int8_rows": lambda: call(lowbit_gemv.quantize_int8_rows, square_weight(),
-                                           signed="w"),
-        "dequantize_int8_rows": lambda: call(lowbit_gemv.dequantize_int8_rows,
-                                             *lowbit_gemv.quantize_int8_rows(square_weight()),
-                                             signed="q"),
-        "quantize_int4_rows": lambda: call(lowbit_gemv.quantize_int4_rows, square_weight(),
-                                           signed="w"),
-        "dequantize_int4_rows": lambda: call(lowbit_gemv.dequantize_int4_rows,
-                                             *lowbit_gemv.quantize_int4_rows(square_weight()),
-                                             zero="packed"),
-        "quantize_input": lambda: call(lowbit_gemv.quantize_input, stack().x, signed="h"),
+        "quantize_weight": lambda: call(lowbit_gemv.quantize_weight, square_weight(), "int4", signed="w"),
+        "pack_int8": lambda: call(lowbit_gemv.pack_int8, lowbit_gemv.quantize_weight(square_weight(),
+                                                                                       "int8")),
+        "pack_int4": lambda: call(lowbit_gemv.pack_int4, lowbit_gemv.quantize_weight(square_weight(),
+                                                                                       "int4")),
         "emulate": lambda: call(lowbit_gemv.emulate, stack(), "int4"),
         "step_fn": lambda: call(lowbit_gemv.step_fn, stack(), "int8", 1, kernel_library()),
         "gemv_f32": lambda: call(lowbit_gemv.gemv_f32, square_weight(), stack().x, stack().x, 1,
@@ -970,6 +956,12 @@ VALID: dict[str, Callable[[], Call]] = {
         "linear_model": lambda: call(ort.linear_model, np.eye(4, dtype=np.float32), TMP / "l.onnx",
                                      signed="weight", zero="weight"),
         "int8_saturation_probe": lambda: call(ort.int8_saturation_probe, 16, 2, 0, 1, zero="seed"),
+        "matmul_integer_weights": lambda: call(ort.matmul_integer_weights,
+                                               quantized("int8", per_channel=True, symmetric=False)),
+        "matmul_nbits_weights": lambda: call(ort.matmul_nbits_weights, quantized("int4_g32")),
+        "decode_step_model": lambda: call(ort.decode_step_model,
+                                          [quantized("int8_g32"), quantized("int4", block=16)], 0,
+                                          zero="accuracy_level"),
         "tensorrt_available": lambda: call(ort.tensorrt_available, ["CPUExecutionProvider"]),
         "tensorrt_status": lambda: call(ort.tensorrt_status, ["CPUExecutionProvider"], gpu=False,
                                         tensorrt_package=False),
@@ -983,12 +975,7 @@ VALID: dict[str, Callable[[], Call]] = {
     }),
     **within("experiments.precision", {
         "bytes_per_weight": lambda: call(precision.bytes_per_weight, "int4"),
-        "levels": lambda: call(precision.levels, 4, symmetric=False),
         "torch_int8_api": lambda: call(precision.torch_int8_api),
-        "Quantized.dequantize": lambda: call(precision.quantize(weight(), 4).dequantize),
-        "quantize": lambda: call(precision.quantize, weight(), 4, per_channel=True,
-                                 symmetric=False, signed="w"),
-        "fake_quantize": lambda: call(precision.fake_quantize, weight(), 3, signed="w"),
         "quantization_error": lambda: call(precision.quantization_error, weight(), 8, signed="w"),
         "error_summary": lambda: call(precision.error_summary, weight(), 8, signed="w"),
         "linear_layers": lambda: call(precision.linear_layers, net()),
@@ -1021,12 +1008,6 @@ VALID: dict[str, Callable[[], Call]] = {
         "precision_explorer": lambda: call(precision.precision_explorer, net(), digits(), "2"),
     }),
     **within("experiments.fake_quant", {
-        "round_to_float": lambda: call(fake_quant.round_to_float, weight(), "E4M3", signed="x"),
-        "representable_values": lambda: call(fake_quant.representable_values, "fp8_e5m2"),
-        "quantize_blocks": lambda: call(fake_quant.quantize_blocks, weight(), "mxfp4", 16, signed="x"),
-        "BlockQuantized.dequantize": lambda: call(fake_quant.quantize_blocks(weight(), "nvfp4").dequantize),
-        "BlockQuantized.steps": lambda: call(fake_quant.quantize_blocks(weight(), "int4_g32").steps),
-        "fake_quantize": lambda: call(fake_quant.fake_quantize, weight(), "int4_g128", 32, signed="x"),
         "relative_rmse": lambda: call(fake_quant.relative_rmse, weight() * 1.1, weight(),
                                       signed="approx exact"),
         "predicted_relative_rmse": lambda: call(fake_quant.predicted_relative_rmse, weight(), "nvfp4", 32,
@@ -1034,7 +1015,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "format_errors": lambda: call(fake_quant.format_errors, weight(), ["int4_g32", "mxfp4"], signed="w"),
         "plot_value_grids": lambda: call(fake_quant.plot_value_grids, ("mxfp4", "fp8_e4m3")),
         "plot_error_vs_bits": lambda: call(fake_quant.plot_error_vs_bits,
-                                           [{"format": "int4_g32", "bits_per_weight": 5.0,
+                                           [{"precision": "int4_g32", "bits_per_weight": 5.0,
                                              "relative_rmse": 0.1}]),
         "plot_format_error_map": lambda: call(fake_quant.plot_format_error_map, weight(), "mxfp4", 16,
                                               signed="w"),
@@ -1258,6 +1239,20 @@ VALID: dict[str, Callable[[], Call]] = {
         "compare_graph": lambda: call(launch_overhead.compare_graph, decoder(), 4, "cuda", 1,
                                       run_valid=False),
     }),
+    **within("quantization", {
+        "levels": lambda: call(quantization.levels, 4, symmetric=False),
+        "blocked": lambda: call(quantization.blocked, "int4", 16),
+        "round_to_float": lambda: call(quantization.round_to_float, weight(), "E4M3", signed="x"),
+        "representable_values": lambda: call(quantization.representable_values, "fp8_e5m2"),
+        "quantize": lambda: call(quantization.quantize, weight(), 4, block=8, per_channel=True,
+                                 symmetric=False, axis=-1, signed="x axis", zero="axis"),
+        "fake_quantize": lambda: call(quantization.fake_quantize, weight(), "mxfp4", block=8,
+                                      per_channel=False, symmetric=True, axis=0, signed="x axis",
+                                      zero="axis"),
+        "Quantized.dequantize": lambda: call(quantization.quantize(weight(), "nvfp4").dequantize),
+        "Quantized.steps": lambda: call(quantization.quantize(weight(), "int4_g32").steps),
+        "Quantized.numpy": lambda: call(quantization.quantize(weight(), 4, symmetric=False).numpy),
+    }),
     **within("formats", {
         "Format.describe": lambda: call(formats.get("int4_g32").describe),
         "Format.with_block": lambda: call(formats.get("int4_g128").with_block, 32),
@@ -1298,7 +1293,7 @@ EXCLUDED: dict[str, str] = {
     "experiments.launch_overhead.OverheadFit": "a result of launch_overhead.fit_overhead",
     "formats.Format": "the vocabulary of formats (hwopt/formats.py, tests/test_formats.py), not user input",
     "formats.Encoding": "the float encodings of formats (hwopt/formats.py, tests/test_fake_quant.py)",
-    "experiments.fake_quant.BlockQuantized": "a result of fake_quant.quantize_blocks",
+    "quantization.Quantized": "a result of quantization.quantize",
     "experiments.precision.runs_on": "takes any predictor and answers '-' for what it cannot place "
                                       "(tests/test_precision.py)",
     "formats.get": "the format checker itself (tests/test_formats.py): it names the argument it is told",
@@ -1324,7 +1319,6 @@ EXCLUDED: dict[str, str] = {
     "models.classifier.Digits": "a result of classifier.load_digits",
     "experiments.decode.DecodePath": "a result of decode.decode_paths",
     "experiments.decode.DecodeResult": "a result of decode.time_paths",
-    "experiments.precision.Quantized": "a result of precision.quantize",
     "kernels.lowbit_gemv.PathComparison": "a result of lowbit_gemv.compare_paths",
     "kernels.lowbit_gemv.KernelPath": "a row of lowbit_gemv.PATHS, the kernel's instruction paths",
     # Tensor code that torch traces (torch.compile, ONNX export, the decode loop): a check there would break

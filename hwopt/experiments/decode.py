@@ -5,8 +5,9 @@ time ~ weight bytes / bandwidth and fewer bytes per weight means proportionally 
 stack: `n_layers` residual layers h <- h + h @ B_i with B_i (d_model, d_model), together far larger than the
 last-level cache. fp32 runs in numpy and torch; int8 and int4 run in ONNX Runtime's quantized MatMul kernels;
 and a small C kernel written for this case (lowbit_gemv) runs all three precisions, when a C compiler is
-present. The fp32 result in float64 is the oracle every path is checked against. Each path's bytes are those
-of its storage format (hwopt.formats), block scales included: int4_g32 stores an fp32 scale per 32 weights.
+present. Every quantized path stores hwopt.quantization's codes and scales, in its kernel's own layout. The
+fp32 result in float64 is the oracle every path is checked against. Each path's bytes are those of its storage
+format (hwopt.formats), block scales included: int4_g32 stores an fp32 scale per 32 weights.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
-from hwopt import arguments, formats
+from hwopt import arguments, formats, plots, quantization, widgets
 from hwopt.kernels import lowbit_gemv, ort
-from hwopt.machine import bench
+from hwopt.machine import bench, specs
 
 CACHE_MARGIN = 1.5  # a copy of the weights this many times the last-level cache is timed from memory
 
@@ -82,9 +84,9 @@ class DecodeStack:
         and writes its fp32 output (d_model); small next to the weights, and counted in bytes moved."""
         return 2 * 4 * self.d_model * len(self.layers)
 
-    def weight_bytes(self, weight_format) -> float:
+    def weight_bytes(self, precision) -> float:
         """Bytes read per step with the weights stored in a format ('fp32', 'int4_g32'): weights + scales."""
-        return self.n_params * formats.get(weight_format, argument="weight_format").bytes_per_weight
+        return self.n_params * formats.get(precision).bytes_per_weight
 
 
 def layers_for_working_set(d_model: int, min_bytes: float, bytes_per_weight: float | None = None) -> int:
@@ -93,7 +95,7 @@ def layers_for_working_set(d_model: int, min_bytes: float, bytes_per_weight: flo
     arguments.count("d_model", d_model, "dimension")
     arguments.positive("min_bytes", min_bytes)
     if bytes_per_weight is None:
-        bytes_per_weight = min(formats.bytes_per_weight(f) for f in weight_formats(d_model).values())
+        bytes_per_weight = min(formats.bytes_per_weight(f) for f in storage_precisions(d_model).values())
     per_layer = d_model * d_model * arguments.positive("bytes_per_weight", bytes_per_weight)
     return max(1, math.ceil(min_bytes / per_layer))
 
@@ -154,16 +156,12 @@ def numpy_step(stack: DecodeStack) -> Callable[[], np.ndarray]:
     return step
 
 
-def torch_step(stack: DecodeStack, device="cpu", dtype: str = "float32") -> Callable[[], np.ndarray]:
-    """Decode step in torch (torch.mv on the weights' transposed view) on `device` -> numpy (d_model,)."""
-    import torch
-
+def torch_step(stack: DecodeStack, device="cpu", precision: str = "fp32") -> Callable[[], np.ndarray]:
+    """Decode step in torch (torch.mv on the weights' transposed view) on `device` at precision 'fp32', 'fp16'
+    or 'bf16' -> numpy (d_model,)."""
     arguments.instance("stack", stack, DecodeStack)
     device = bench.resolve_device(device)
-    name = formats.torch_dtype(dtype)
-    if name not in ("float32", "float16", "bfloat16"):
-        raise ValueError(f"dtype must be 'float32', 'float16' or 'bfloat16'; got {dtype!r}")
-    tdtype = getattr(torch, name)
+    tdtype = getattr(torch, formats.torch_dtype(formats.name(precision, supported=("fp32", "fp16", "bf16"))))
     weights = [torch.from_numpy(w).to(device=device, dtype=tdtype).T for w in stack.layers]  # (out, in) views
     x = torch.from_numpy(stack.x).to(device=device, dtype=tdtype)
 
@@ -177,214 +175,41 @@ def torch_step(stack: DecodeStack, device="cpu", dtype: str = "float32") -> Call
     return step
 
 
-# ---- int8 and int4 through ONNX Runtime --------------------------------------------------------------------
-
-
-def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-column asymmetric uint8 of w (K, N): (q uint8 (K, N), scale (N,), zero_point uint8 (N,)).
-
-    Unsigned weights avoid the u8 x s8 overflow that costs signed int8 accuracy on CPUs without VNNI.
-    """
-    w = arguments.finite_array("w", w, ndim=2).astype(np.float32, copy=False)
-    lo = np.minimum(w.min(axis=0), 0.0)
-    hi = np.maximum(w.max(axis=0), 0.0)
-    scale = np.where(hi > lo, (hi - lo) / 255.0, 1.0).astype(np.float32)
-    zero_point = np.clip(np.rint(-lo / scale), 0, 255).astype(np.uint8)
-    q = w / scale
-    np.rint(q, out=q)
-    q += zero_point
-    np.clip(q, 0, 255, out=q)
-    return q.astype(np.uint8), scale, zero_point
-
-
-def dequantize_int8(q: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
-    """Inverse of quantize_int8: (q - zero_point) * scale as fp32 (K, N)."""
-    q = arguments.finite_array("q", q, ndim=2, integer=True, minimum=0, maximum=255)
-    scale = arguments.finite_array("scale", scale, ndim=1, minimum=0, strict=True)
-    zero_point = arguments.finite_array("zero_point", zero_point, ndim=1, integer=True, minimum=0,
-                                        maximum=255)
-    if not q.shape[1] == len(scale) == len(zero_point):
-        raise ValueError(f"scale and zero_point must hold one value per column of q ({q.shape[1]}); got "
-                         f"{len(scale)} and {len(zero_point)}")
-    return ((q.astype(np.float32) - zero_point.astype(np.float32)) * scale).astype(np.float32)
-
-
-BLOCK_SIZES = (16, 32, 64, 128, 256)  # weights per scale that ONNX Runtime's MatMulNBits takes
-
-
-def _blocked(w, block_size: int):
-    """Check w (K, N) and block_size for blockwise quantization: (contiguous w, K, N, K / block_size)."""
-    w = np.ascontiguousarray(arguments.finite_array("w", w, ndim=2), dtype=np.float32)
-    arguments.one_of("block_size", block_size, BLOCK_SIZES)
-    k, n = w.shape
-    if k % block_size:
-        raise ValueError(f"w's first dimension K={k} must be a multiple of block_size={block_size}")
-    return w, k, n, k // block_size
-
-
-def _matmul_nbits(model, bits: int, block_size: int, accuracy_level: int = 0):
-    """model (onnx.ModelProto) with every MatMul on a constant (K, N) weight turned into MatMulNBits:
-    symmetric blockwise weights, quantized by ONNX Runtime's MatMulNBitsQuantizer (its public API)."""
-    import logging
-
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:  # importing the module calls logging.basicConfig(level=INFO): a log line per layer, on stderr
-        from onnxruntime.quantization.matmul_nbits_quantizer import (
-            DefaultWeightOnlyQuantConfig,
-            MatMulNBitsQuantizer,
-        )
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-
-    config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True, bits=bits,
-                                          accuracy_level=accuracy_level or None,
-                                          op_types_to_quantize=("MatMul",))
-    quantizer = MatMulNBitsQuantizer(model, algo_config=config)
-    quantizer.process()
-    return quantizer.model.model
-
-
-def _fp32_model(layers, d_model: int):
-    """ONNX model of the stack in fp32, h <- h + MatMul(h, B_i): what MatMulNBitsQuantizer quantizes."""
-    from onnx import TensorProto, helper
-
-    nodes = []
-    for i in range(len(layers)):
-        nodes += [helper.make_node("MatMul", [f"h{i}", f"W{i}"], [f"y{i}"]),
-                  helper.make_node("Add", [f"h{i}", f"y{i}"], [f"h{i + 1}"])]
-    model = _graph(nodes, [], d_model)
-    for i, w in enumerate(layers):  # in place: make_graph and make_model would copy every weight twice
-        init = model.graph.initializer.add()
-        init.name, init.data_type = f"W{i}", TensorProto.FLOAT
-        init.dims.extend(w.shape)
-        init.raw_data = np.ascontiguousarray(w, dtype="<f4").tobytes()
-    return model
-
-
-def _quantize_blocks(w: np.ndarray, bits: int, block_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(packed uint8 (N, K/bs, bs*bits/8), scales (N, K/bs)) of w (K, N), as MatMulNBits stores them."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    w, k, n, blocks = _blocked(w, block_size)
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["y"])], "one_matmul",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], [numpy_helper.from_array(w, "W")])
-    model = _matmul_nbits(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), bits,
-                          block_size)
-    (node,) = model.graph.node
-    arrays = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
-    packed, scales = arrays[node.input[1]], arrays[node.input[2]]
-    return packed.reshape(n, blocks, block_size * bits // 8), scales.reshape(n, blocks).astype(np.float32)
-
-
-def quantize_int4(w: np.ndarray, block_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric blockwise int4 of w (K, N) for MatMulNBits: packed (N, K/bs, bs/2) uint8, scales (N, K/bs)"""
-    return _quantize_blocks(w, 4, block_size)
-
-
-def dequantize_int4(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
-    """Inverse of quantize_int4: fp32 (K, N), each 4-bit value q in 0..15 meaning (q - 8) * block scale."""
-    packed, scales = _packed_blocks(packed, scales)
-    n, blocks, half = packed.shape
-    low = (packed & 0x0F).astype(np.int8) - 8
-    high = (packed >> 4).astype(np.int8) - 8
-    values = np.stack([low, high], axis=-1).reshape(n, blocks, 2 * half).astype(np.float32)
-    return (values * scales[:, :, None]).reshape(n, blocks * 2 * half).T.copy()
-
-
-def _packed_blocks(packed, scales) -> tuple[np.ndarray, np.ndarray]:
-    """Check packed (N, K/bs, bytes) uint8 codes and their scales (N, K/bs)."""
-    packed = arguments.finite_array("packed", packed, ndim=3, integer=True, minimum=0, maximum=255)
-    scales = arguments.finite_array("scales", scales, ndim=2)
-    if scales.shape != packed.shape[:2]:
-        raise ValueError(f"scales must be {packed.shape[:2]}, one per block of packed; got {scales.shape}")
-    return packed.astype(np.uint8, copy=False), scales
-
-
-def _graph(nodes, initializers, d_model: int):
-    """onnx.ModelProto of the decode step: input h0 (1, d_model), the last node's output (1, d_model)."""
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph(
-        nodes, "decode_step", [helper.make_tensor_value_info("h0", TensorProto.FLOAT, [1, d_model])],
-        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, [1, d_model])], initializers)
-    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
-    model = helper.make_model(graph, opset_imports=opsets)
-    model.ir_version = 10  # onnxruntime reads IR <= 10 everywhere the course runs
-    return model
-
-
-def _graph_bytes(nodes, initializers, d_model: int) -> bytes:
-    return _graph(nodes, initializers, d_model).SerializeToString()
+# ---- int8 and int4 in ONNX Runtime: codes and scales from hwopt.quantization, packed by kernels.ort -----
 
 
 def int8_model_bytes(stack: DecodeStack) -> bytes:
-    """ONNX graph (bytes) of the stack, uint8 weights: DynamicQuantizeLinear -> MatMulInteger -> rescale."""
-    from onnx import TensorProto, helper, numpy_helper
-
+    """ONNX graph (bytes) of the stack, uint8 weights with a scale and zero point per output channel:
+    DynamicQuantizeLinear -> MatMulInteger -> rescale."""
     arguments.instance("stack", stack, DecodeStack)
-    nodes, inits = [], []
-    for i, w in enumerate(stack.layers):
-        q, scale, zp = quantize_int8(w)
-        inits += [numpy_helper.from_array(q, f"W{i}"), numpy_helper.from_array(scale, f"Ws{i}"),
-                  numpy_helper.from_array(zp, f"Wz{i}")]
-        h = f"h{i}"
-        nodes += [
-            helper.make_node("DynamicQuantizeLinear", [h], [f"x{i}", f"xs{i}", f"xz{i}"]),
-            helper.make_node("MatMulInteger", [f"x{i}", f"W{i}", f"xz{i}", f"Wz{i}"], [f"acc{i}"]),
-            helper.make_node("Cast", [f"acc{i}"], [f"accf{i}"], to=TensorProto.FLOAT),
-            helper.make_node("Mul", [f"xs{i}", f"Ws{i}"], [f"s{i}"]),
-            helper.make_node("Mul", [f"accf{i}", f"s{i}"], [f"y{i}"]),
-            helper.make_node("Add", [h, f"y{i}"], [f"h{i + 1}"]),
-        ]
-    return _graph_bytes(nodes, inits, stack.d_model)
-
-
-def quantize_int8_blocks(w: np.ndarray, block_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric blockwise int8 of w (K, N) for MatMulNBits: packed (N, K/bs, bs) uint8 (q - 128), scales."""
-    return _quantize_blocks(w, 8, block_size)
-
-
-def dequantize_int8_blocks(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
-    """Inverse of quantize_int8_blocks: fp32 (K, N), each byte q meaning (q - 128) * block scale."""
-    packed, scales = _packed_blocks(packed, scales)
-    n, blocks, size = packed.shape
-    values = (packed.astype(np.float32) - 128.0) * scales[:, :, None]
-    return values.reshape(n, blocks * size).T.copy()
+    return ort.decode_step_model([quantization.quantize(w, "int8", per_channel=True, symmetric=False, axis=0)
+                                  for w in stack.layers])
 
 
 def nbits_model_bytes(stack: DecodeStack, bits: int = 4, block_size: int = 32,
                       accuracy_level: int = 4) -> bytes:
-    """ONNX graph (bytes) of the stack, MatMulNBits weights (4 or 8 bits; accuracy_level 4: int8 compute)."""
+    """ONNX graph (bytes) of the stack, MatMulNBits weights: symmetric 4- or 8-bit codes with an fp32 scale
+    per block_size weights along K (accuracy_level 4: int8 compute; 0: fp32)."""
     arguments.instance("stack", stack, DecodeStack)
-    arguments.one_of("bits", bits, (4, 8))
-    arguments.one_of("block_size", block_size, BLOCK_SIZES)
-    arguments.between("accuracy_level", accuracy_level, 0, 4, integer=True)
-    for w in stack.layers:
-        _blocked(w, block_size)
-    model = _matmul_nbits(_fp32_model(stack.layers, stack.d_model), bits, block_size, accuracy_level)
-    return model.SerializeToString()
+    arguments.one_of("bits", bits, ort.NBITS_BITS)
+    arguments.one_of("block_size", block_size, ort.NBITS_BLOCK_SIZES)
+    if stack.d_model % block_size:
+        raise ValueError(f"block_size must divide d_model={stack.d_model}; got {block_size}")
+    layers = [quantization.quantize(w, bits, block=block_size, axis=0) for w in stack.layers]
+    return ort.decode_step_model(layers, accuracy_level)
 
 
 def nbits_format(bits: int, block_size: int) -> formats.Format:
     """The format of MatMulNBits weights as nbits_model_bytes stores them: `bits`-bit ints, one fp32 scale per
     block_size (no zero points: the kernel's default midpoint); ValueError if formats has no such entry."""
-    arguments.one_of("bits", bits, (4, 8))
-    arguments.one_of("block_size", block_size, BLOCK_SIZES)
-    for f in formats.FORMATS.values():
-        if (f.kind, f.bits, f.block, f.scale_format) == ("int", bits, block_size, "fp32"):
-            return f
-    raise ValueError(f"bits and block_size: formats has no {bits}-bit format with an fp32 scale per "
-                     f"{block_size} weights (add one to hwopt/formats.py); got bits={bits!r}, "
-                     f"block_size={block_size!r}")
-
-
-def int4_model_bytes(stack: DecodeStack, block_size: int = 32, accuracy_level: int = 4) -> bytes:
-    """ONNX graph (bytes) of the stack, int4 weights: MatMulNBits (accuracy_level 4 = int8 compute)."""
-    return nbits_model_bytes(stack, 4, block_size, accuracy_level)
+    arguments.one_of("bits", bits, ort.NBITS_BITS)
+    arguments.one_of("block_size", block_size, ort.NBITS_BLOCK_SIZES)
+    f = quantization.blocked(bits, block_size)
+    if f.name not in formats.FORMATS:
+        raise ValueError(f"bits and block_size: formats has no {bits}-bit format with an fp32 scale per "
+                         f"{block_size} weights (add one to hwopt/formats.py); got bits={bits!r}, "
+                         f"block_size={block_size!r}")
+    return f
 
 
 def ort_step(session, stack: DecodeStack) -> Callable[[], np.ndarray]:
@@ -409,28 +234,28 @@ class DecodePath:
 
     label: str
     precision: str  # what the lesson compares: 'fp32', 'fp16', 'int8' or 'int4' (the keys of TOLERANCE)
-    weight_format: str  # how the weights are stored, a name in hwopt.formats ('int4_g32')
+    storage_precision: str  # how the weights are stored, a name in hwopt.formats ('int4_g32')
     fn: Callable[[], np.ndarray]
     weight_bytes: float  # bytes read per step: weights and their scales
 
     @property
     def bytes_per_weight(self) -> float:
         """Bytes per weight of the path's storage format, block scales included."""
-        return formats.bytes_per_weight(self.weight_format)
+        return formats.bytes_per_weight(self.storage_precision)
 
 
-def weight_formats(d_model: int) -> dict[str, str]:
+def storage_precisions(d_model: int) -> dict[str, str]:
     """How each CPU path of decode_paths stores its weights: label -> formats name (the C kernel's paths are
     built only where it compiles). MatMulInteger also keeps an fp32 scale and a uint8 zero point per column
     of d_model weights, the C kernel's int8 an fp32 scale per row: negligible, as formats' int8 has it."""
     arguments.count("d_model", d_model, "dimension")
-    int8_block = 128 if d_model % 128 == 0 else 32  # 8-bit blocks of 128 ran fastest on the CPUs we tried
+    int8_block = 128 if d_model % 128 == 0 else 32  # the larger block where it fits: a quarter of the scales
     return {
         "fp32 numpy": "fp32", "fp32 torch": "fp32",
         "int8 ORT MatMulInteger": "int8",
         "int8 ORT MatMulNBits": nbits_format(8, int8_block).name,
         "int4 ORT MatMulNBits": nbits_format(4, 32).name,
-        **{f"{precision} C kernel": fmt for precision, fmt in lowbit_gemv.WEIGHT_FORMATS.items()},
+        **{f"{precision} C kernel": stored for precision, stored in lowbit_gemv.WEIGHT_FORMATS.items()},
     }  # fmt: skip
 
 
@@ -439,13 +264,13 @@ def prediction_table(stack: DecodeStack, bandwidth_gbs: float) -> str:
     arguments.instance("stack", stack, DecodeStack)
     arguments.positive("bandwidth_gbs", bandwidth_gbs)
     by_format: dict[str, list[str]] = {}
-    for label, fmt in weight_formats(stack.d_model).items():
-        by_format.setdefault(fmt, []).append(label)
+    for label, stored in storage_precisions(stack.d_model).items():
+        by_format.setdefault(stored, []).append(label)
     lines = [f"{'format':10s} {'B/weight':>8s}  {'stored as':32s} {'MB/step':>8s} {'predicted ms':>13s}  "
              "paths"]
-    for fmt, labels in by_format.items():
-        f, nbytes = formats.get(fmt), stack.weight_bytes(fmt)
-        lines.append(f"{fmt:10s} {f.bytes_per_weight:8.4g}  {f.layout:32s} {nbytes / 1e6:8.0f} "
+    for stored, labels in by_format.items():
+        f, nbytes = formats.get(stored), stack.weight_bytes(stored)
+        lines.append(f"{stored:10s} {f.bytes_per_weight:8.4g}  {f.layout:32s} {nbytes / 1e6:8.0f} "
                      f"{nbytes / bandwidth_gbs / 1e6:13.2f}  {', '.join(labels)}")
     return "\n".join(lines)
 
@@ -457,23 +282,21 @@ def decode_paths(stack: DecodeStack, device="cpu", threads: int | None = None) -
     device = bench.resolve_device(device)
     if threads is not None:
         arguments.count("threads", threads, "threads")
-    fmt = weight_formats(stack.d_model)
+    stored = storage_precisions(stack.d_model)
 
-    def path(label, precision, fn, weight_format=None):
-        weight_format = weight_format or fmt[label]
-        return DecodePath(label, precision, weight_format, fn, stack.weight_bytes(weight_format))
+    def path(label, precision, fn, storage_precision=None):
+        storage_precision = storage_precision or stored[label]
+        return DecodePath(label, precision, storage_precision, fn, stack.weight_bytes(storage_precision))
 
     paths = [path("fp32 numpy", "fp32", numpy_step(stack)),
              path("fp32 torch", "fp32", torch_step(stack, "cpu"))]
     if device != "cpu":  # labels name the device (GPU_MARKERS)
         paths += [path(f"fp32 torch {device}", "fp32", torch_step(stack, device), "fp32"),
-                  path(f"fp16 torch {device}", "fp16", torch_step(stack, device, "float16"), "fp16")]
+                  path(f"fp16 torch {device}", "fp16", torch_step(stack, device, "fp16"), "fp16")]
     # Two int8 kernels (which is faster depends on the CPU), one int4; on the cores torch uses, and with idle
     # threads that sleep rather than spin (they would slow whichever path is timed next).
-    import torch
-
     ort_threads = torch.get_num_threads() if threads is None else threads
-    int8_blocks, int4_blocks = (formats.get(fmt[k]) for k in ("int8 ORT MatMulNBits", "int4 ORT MatMulNBits"))
+    int8_blocks, int4_blocks = (formats.get(stored[f"{bits} ORT MatMulNBits"]) for bits in ("int8", "int4"))
     graphs = {  # built one at a time: each serialized graph holds a copy of the weights
         "int8 ORT MatMulInteger": ("int8", lambda: int8_model_bytes(stack)),
         "int8 ORT MatMulNBits": ("int8", lambda: nbits_model_bytes(stack, 8, int8_blocks.block)),
@@ -569,8 +392,8 @@ class DecodeResult:
         for k, m in self.measurements.items():
             p = self.paths[k]
             predicted = p.weight_bytes / (bandwidth_gbs * 1e9)
-            lines.append(f"{k:28s} {p.weight_format:>9s} {p.bytes_per_weight:8.4g} {predicted * 1e3:13.2f} "
-                         f"{m.median_ms:12.2f} {predicted / m.median_s:10.2f} "
+            lines.append(f"{k:28s} {p.storage_precision:>9s} {p.bytes_per_weight:8.4g} "
+                         f"{predicted * 1e3:13.2f} {m.median_ms:12.2f} {predicted / m.median_s:10.2f} "
                          f"{self.achieved_gbs(k) / bandwidth_gbs:13.0%}")
         return "\n".join(lines)
 
@@ -664,9 +487,6 @@ SPEED_FORMATS = ("fp32", "fp16", "fp8_e4m3", "int8", "int4_g32", "int4_g128")  #
 
 def speed_explorer(measured_bandwidth_gbs: float | None = None, chips=None):
     """Sliders (parameters, weight format, chip) -> model size (scales included), bandwidth-bound tokens/s."""
-    from hwopt import plots, widgets
-    from hwopt.machine import specs
-
     if chips is None:
         chips = specs.load_chips()
     arguments.instance("chips", chips, (list, tuple))

@@ -17,8 +17,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from hwopt import arguments, formats
-from hwopt.experiments import fake_quant, precision
+from hwopt import arguments, formats, plots, quantization
+from hwopt.experiments import fake_quant
+from hwopt.experiments.precision import linear_layers
 from hwopt.models.classifier import Digits, accuracy
 
 ACTIVATION_SCALES = ("per-tensor", "per-channel", "smoothquant")
@@ -57,7 +58,7 @@ def with_outlier_channels(model: nn.Module, layer: str, n_channels: int = 4, fac
     function in FP32: the Linear two modules earlier scales those rows up (ReLU passes a positive factor
     through), `layer` scales those columns down. Returns (model, the channels)."""
     arguments.instance("model", model, nn.Sequential)
-    names = list(precision.linear_layers(model))
+    names = list(linear_layers(model))
     arguments.one_of("layer", layer, names[1:])
     factor = arguments.positive("factor", factor, maximum=1e6)
     position = list(model._modules).index(layer)
@@ -79,7 +80,7 @@ def with_outlier_channels(model: nn.Module, layer: str, n_channels: int = 4, fac
 
 def layer_inputs(model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
     """The input (batch, in_features) each Linear layer of model sees when model runs on x."""
-    layers = precision.linear_layers(model)
+    layers = linear_layers(model)
     x = _tensor("x", x)
     seen: dict[str, torch.Tensor] = {}
     hooks = [layer.register_forward_hook(lambda m, args, out, n=name: seen.__setitem__(n, args[0].detach()))
@@ -106,10 +107,9 @@ def outlier_channels(x: torch.Tensor, threshold: float = 6.0) -> list[int]:
 def quantize_activations(x: torch.Tensor, bits: int = 8, per_channel: bool = False) -> torch.Tensor:
     """Activations x (tokens, channels) fake-quantized to `bits`: one scale per tensor or one per channel."""
     x = _tensor("x", x)
+    bits = arguments.between("bits", bits, *quantization.BITS, integer=True)
     per_channel = arguments.boolean("per_channel", per_channel)
-    if per_channel:
-        return precision.fake_quantize(x.T.contiguous(), bits, per_channel=True).T
-    return precision.fake_quantize(x, bits)
+    return quantization.fake_quantize(x, bits, per_channel=per_channel, axis=0)
 
 
 def smoothing_scales(x: torch.Tensor, w: torch.Tensor, alpha: float = 0.5) -> torch.Tensor:
@@ -132,7 +132,7 @@ def w8a8_output(x: torch.Tensor, w: torch.Tensor, activations: str = "per-tensor
     arguments.fraction("alpha", alpha, allow_zero=True)
     scales = smoothing_scales(x, w, alpha) if activations == "smoothquant" else torch.ones(x.shape[1])
     x_q = quantize_activations(x / scales, bits, per_channel=activations == "per-channel")
-    return x_q @ precision.fake_quantize(w * scales, bits, per_channel=True).T
+    return x_q @ quantization.fake_quantize(w * scales, bits, per_channel=True).T
 
 
 class _QuantizedLinear(nn.Module):
@@ -152,7 +152,7 @@ class _QuantizedLinear(nn.Module):
 
 def _replace_linears(model: nn.Module, make) -> nn.Module:
     quantized = copy.deepcopy(model).eval()
-    for name, layer in precision.linear_layers(quantized).items():
+    for name, layer in linear_layers(quantized).items():
         parent, _, child = name.rpartition(".")
         bias = None if layer.bias is None else layer.bias.detach()
         setattr(quantized.get_submodule(parent) if parent else quantized, child,
@@ -166,24 +166,24 @@ def w8a8_model(model: nn.Module, calibration_x: torch.Tensor, activations: str =
     layer's inputs on calibration_x (batch, features)."""
     arguments.one_of("activations", activations, ACTIVATION_SCALES)
     alpha = arguments.fraction("alpha", alpha, allow_zero=True)
-    arguments.between("bits", bits, 2, 16, integer=True)
+    arguments.between("bits", bits, *quantization.BITS, integer=True)
     inputs = layer_inputs(model, _tensor("calibration_x", calibration_x))
 
     def make(name, weight, bias):
         s = smoothing_scales(inputs[name], weight, alpha) if activations == "smoothquant" \
             else torch.ones(weight.shape[1])
-        return _QuantizedLinear(precision.fake_quantize(weight * s, bits, per_channel=True), bias, s, bits,
+        return _QuantizedLinear(quantization.fake_quantize(weight * s, bits, per_channel=True), bias, s, bits,
                                 activations == "per-channel")
 
     return _replace_linears(model, make)
 
 
-def awq_search(x: torch.Tensor, w: torch.Tensor, fmt: str = "int4_g128", grid: int = 20) -> dict:
+def awq_search(x: torch.Tensor, w: torch.Tensor, precision: str = "int4_g128", grid: int = 20) -> dict:
     """AWQ's search for one layer: for alpha in 0, 1/grid, ..., (grid-1)/grid, s = mean|X_j|^alpha
     (normalised), the output error of x @ (Q(w * s) / s).T; alpha 0 is plain quantization. Returns alpha
     (the best), scales (in,), weight (the quantized weight, float), errors {alpha: relative output error}."""
     x, w = _pair(x, w)
-    fmt = formats.name(fmt, "fmt")
+    precision = formats.name(precision)
     grid = arguments.between("grid", grid, 1, 1000, integer=True)
     exact = x @ w.T
     salience = x.abs().mean(dim=0).clamp_min(1e-4)
@@ -191,25 +191,25 @@ def awq_search(x: torch.Tensor, w: torch.Tensor, fmt: str = "int4_g128", grid: i
     for alpha in [i / grid for i in range(grid)]:
         s = salience**alpha
         s = s / (s.max() * s.min()).sqrt()
-        weight = fake_quant.fake_quantize(w * s, fmt) / s
+        weight = quantization.fake_quantize(w * s, precision) / s
         errors[alpha] = fake_quant.relative_rmse(x @ weight.T, exact)
         if best is None or errors[alpha] < errors[best[0]]:
             best = (alpha, s, weight)
     return {"alpha": best[0], "scales": best[1], "weight": best[2], "errors": errors}
 
 
-def weight_only_model(model: nn.Module, fmt: str = "int4_g128", awq_x: torch.Tensor | None = None,
+def weight_only_model(model: nn.Module, precision: str = "int4_g128", awq_x: torch.Tensor | None = None,
                       grid: int = 20) -> nn.Module:
-    """A copy of model with every Linear weight fake-quantized to fmt, activations left in float; with awq_x
-    (batch, features), each layer's weight is AWQ-scaled first (awq_search on its inputs)."""
-    fmt = formats.name(fmt, "fmt")
+    """A copy of model with every Linear weight fake-quantized to `precision`, activations left in float; with
+    awq_x (batch, features), each layer's weight is AWQ-scaled first (awq_search on its inputs)."""
+    precision = formats.name(precision)
     grid = arguments.between("grid", grid, 1, 1000, integer=True)
     inputs = layer_inputs(model, _tensor("awq_x", awq_x)) if awq_x is not None else None
 
     def make(name, weight, bias):
         if inputs is None:
-            return _QuantizedLinear(fake_quant.fake_quantize(weight, fmt), bias, None, None, False)
-        searched = awq_search(inputs[name], weight, fmt, grid)["weight"]
+            return _QuantizedLinear(quantization.fake_quantize(weight, precision), bias, None, None, False)
+        searched = awq_search(inputs[name], weight, precision, grid)["weight"]
         return _QuantizedLinear(searched, bias, None, None, False)
 
     return _replace_linears(model, make)
@@ -235,8 +235,6 @@ def accuracy_vs_outliers(model: nn.Module, data: Digits, layer: str = "2",
 def plot_accuracy_vs_outliers(curves: Mapping[str, Mapping[float, float]], reference: float | None = None,
                               ax=None):
     """Test accuracy (%) vs outlier factor (log), a line per activation scaling ({'per-tensor': {1: 0.9}})."""
-    from hwopt import plots
-
     arguments.instance("curves", curves, Mapping)
     if not curves:
         raise ValueError("curves must map an activation scaling to {factor: accuracy}")

@@ -1,8 +1,8 @@
-"""Precision: weights at N bits (fake quantization), their error, the accuracy cliff (lesson 4).
+"""Precision (lesson 4): weights at N bits (fake quantization by hwopt.quantization), their error, the
+accuracy cliff, model sizes, half-precision and int8 runtimes, and the verdicts on what was measured.
 
-Symmetric: q = clamp(round(w / s), -(2^(b-1) - 1), 2^(b-1) - 1), s = max|w| / (2^(b-1) - 1).
-Asymmetric: q = clamp(round(w / s) + z, 0, 2^b - 1), s = (max - min) / (2^b - 1), z = round(-min / s),
-with the range widened to include 0. Per-channel: one scale per output row of a 2-D weight (out, in).
+Lesson 4's integer grids: symmetric or asymmetric, one scale per tensor or one per output row of a weight
+(out, in) (per_channel); the formulas are hwopt.quantization's.
 """
 
 from __future__ import annotations
@@ -10,14 +10,17 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import warnings
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
+import matplotlib.pyplot as plt
 import torch
 from torch import nn
+from torch.ao.quantization import quantize_dynamic
 
-from hwopt import arguments, formats
-from hwopt.models.classifier import Digits, accuracy
+from hwopt import arguments, formats, plots, quantization, widgets
+from hwopt.machine import bench
+from hwopt.models.classifier import Digits, accuracy, agreement
 
 HALF_AND_FULL = ("fp32", "fp16", "bf16")  # the float formats in_dtype runs a model in
 
@@ -32,74 +35,20 @@ def bytes_per_weight(precision: str | int) -> float:
 
 
 def _check_bits(bits: int, name: str = "bits") -> int:
-    return arguments.between(name, bits, 2, 16, integer=True)
-
-
-def levels(bits: int, *, symmetric: bool = True) -> int:
-    """How many distinct codes quantize() uses at `bits`: symmetric 2^bits - 1 (-(2^(b-1) - 1) .. 2^(b-1) - 1,
-    so int4 has 15 and int2 has 3: the most negative code is left out to keep zero in the middle),
-    asymmetric all 2^bits."""
-    _check_bits(bits)
-    symmetric = arguments.boolean("symmetric", symmetric)
-    return 2**bits - 1 if symmetric else 2**bits
-
-
-@dataclass(frozen=True)
-class Quantized:
-    """Integer codes q (same shape as w), scale and zero_point broadcastable to q, and the bit width."""
-
-    q: torch.Tensor
-    scale: torch.Tensor
-    zero_point: torch.Tensor
-    bits: int
-
-    def dequantize(self) -> torch.Tensor:
-        """Back to float: (q - zero_point) * scale."""
-        return (self.q - self.zero_point).to(self.scale.dtype) * self.scale
-
-
-def quantize(w: torch.Tensor, bits: int, *, per_channel: bool = False, symmetric: bool = True) -> Quantized:
-    """Quantize a float tensor to `bits`-bit integer codes (per-tensor, or per row when per_channel)."""
-    _check_bits(bits)
-    arguments.instance("w", w, torch.Tensor)
-    if not w.is_floating_point():
-        raise ValueError(f"w must be a floating-point tensor; got a tensor of {w.dtype}")
-    arguments.finite_array("w", w)
-    per_channel = arguments.boolean("per_channel", per_channel)
-    symmetric = arguments.boolean("symmetric", symmetric)
-    if per_channel and w.dim() < 2:
-        raise ValueError(f"per_channel needs w with >= 2 dims (out, in, ...), got shape {tuple(w.shape)}")
-    w = w.detach().float()
-    dims = tuple(range(1, w.dim())) if per_channel else tuple(range(w.dim()))
-    tiny = torch.finfo(torch.float32).tiny
-    if symmetric:
-        qmax = (levels(bits) - 1) // 2  # 2^(b-1) - 1
-        scale = (w.abs().amax(dim=dims, keepdim=True) / qmax).clamp_min(tiny)
-        zero_point = torch.zeros_like(scale, dtype=torch.int32)
-        q = torch.clamp(torch.round(w / scale), -qmax, qmax).to(torch.int32)
-    else:
-        qmax = levels(bits, symmetric=False) - 1
-        low = w.amin(dim=dims, keepdim=True).clamp_max(0.0)
-        high = w.amax(dim=dims, keepdim=True).clamp_min(0.0)
-        scale = ((high - low) / qmax).clamp_min(tiny)
-        zero_point = torch.clamp(torch.round(-low / scale), 0, qmax).to(torch.int32)
-        q = torch.clamp(torch.round(w / scale) + zero_point, 0, qmax).to(torch.int32)
-    return Quantized(q, scale, zero_point, bits)
-
-
-def fake_quantize(
-    w: torch.Tensor, bits: int, *, per_channel: bool = False, symmetric: bool = True
-) -> torch.Tensor:
-    """w rounded to the nearest of levels(bits, symmetric) levels and back to float (same shape, dtype)."""
-    return quantize(w, bits, per_channel=per_channel, symmetric=symmetric).dequantize().to(w.dtype)
+    return arguments.between(name, bits, *quantization.BITS, integer=True)
 
 
 def quantization_error(
     w: torch.Tensor, bits: int, *, per_channel: bool = False, symmetric: bool = True
 ) -> torch.Tensor:
-    """Absolute error |w - fake_quantize(w)|, same shape as w: the heat-map of lesson 4."""
-    rounded = fake_quantize(w, bits, per_channel=per_channel, symmetric=symmetric).float()
-    return (w.detach().float() - rounded).abs()
+    """Absolute error |w - fake_quantize(w)| at `bits` (float32, w's shape): the heat-map of lesson 4."""
+    arguments.instance("w", w, torch.Tensor)
+    if not w.is_floating_point():
+        raise ValueError(f"w must be a floating-point tensor; got a tensor of {w.dtype}")
+    arguments.finite_array("w", w)
+    _check_bits(bits)
+    rounded = quantization.fake_quantize(w, bits, per_channel=per_channel, symmetric=symmetric)
+    return (w.detach().float() - rounded.float()).abs()
 
 
 def error_summary(w: torch.Tensor, bits: int, *, per_channel: bool = False, symmetric: bool = True) -> dict:
@@ -153,23 +102,23 @@ def quantize_model_weights(
         for name, layer in linear_layers(quantized).items():
             layer_bits = keep_bits if name in keep else bits
             if layer_bits is not None:
-                layer.weight.copy_(
-                    fake_quantize(layer.weight, layer_bits, per_channel=per_channel, symmetric=symmetric)
-                )
+                layer.weight.copy_(quantization.fake_quantize(
+                    layer.weight, layer_bits, per_channel=per_channel, symmetric=symmetric))
     return quantized
 
 
 def model_size_bytes(
     model: nn.Module,
-    bits: int | str = 32,
+    precision: int | str = 32,
     *,
     keep: Iterable[str] = (),
     keep_bits: int = 8,
     per_channel: bool = False,
 ) -> int:
-    """Bytes to store the model: Linear weights at `bits` or a format (kept layers at keep_bits), rest FP32,
-    + scales (a block format's own; below 16 bits a float32 scale and int32 zero point per tensor or row)."""
-    bits = arguments.named("bits", bytes_per_weight, bits) * 8
+    """Bytes to store the model: Linear weights at `precision`, a format or a bit width (kept layers at
+    keep_bits), the rest FP32, + scales (a block format's own; below 16 bits a float32 scale and an int32 zero
+    point per tensor or row)."""
+    bits = bytes_per_weight(precision) * 8
     keep = _check_keep(model, keep)
     keep_bits = arguments.between("keep_bits", keep_bits, 1, 32, integer=True)
     per_channel = arguments.boolean("per_channel", per_channel)
@@ -233,8 +182,6 @@ def layer_sensitivity(
 
 def in_dtype(model: nn.Module, precision: str, device: str = "cpu") -> Callable[[torch.Tensor], torch.Tensor]:
     """A predictor running a copy of model in 'fp32', 'fp16' or 'bf16' on device (input moved and cast)."""
-    from hwopt.machine import bench
-
     arguments.instance("model", model, nn.Module)
     device = bench.resolve_device(device)
     name = formats.get(precision, argument="precision").name
@@ -301,10 +248,6 @@ def torch_dynamic_int8(model: nn.Module, api: str | None = None) -> nn.Module:
 
         quantize_(copied, Int8DynamicActivationInt8WeightConfig())
         return copied
-    import warnings
-
-    from torch.ao.quantization import quantize_dynamic
-
     warnings.warn(TORCH_AO_DEPRECATED, DeprecationWarning, stacklevel=2)  # shown once per calling line
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's own notices say the same at length, three times over
@@ -324,11 +267,6 @@ def compare_variants(
 ) -> list[dict]:
     """One row per variant: size (bytes), latency of one batch (Measurement, interleaved), accuracy (0..1) and
     agreement (0..1) with the reference variant (the first one unless named: eager FP32 is the oracle)."""
-    import warnings
-
-    from hwopt.machine import bench
-    from hwopt.models.classifier import agreement
-
     arguments.instance("predictors", predictors, Mapping)
     if not predictors:
         raise ValueError("predictors must name at least one variant")
@@ -454,10 +392,6 @@ def plot_error_map(
     ax=None,
 ):
     """Heat-map of |w - fake_quantize(w)| for a weight (out, in), with the error summary in the title."""
-    import matplotlib.pyplot as plt
-
-    from hwopt import plots
-
     if accuracy_value is not None:
         arguments.fraction("accuracy_value", accuracy_value, allow_zero=True)
     err = quantization_error(w, bits, per_channel=per_channel, symmetric=symmetric)
@@ -479,8 +413,6 @@ def plot_error_map(
 
 def plot_accuracy_cliff(curves: Mapping[str, Mapping[int, float]], reference: float | None = None, ax=None):
     """Test accuracy (%) vs weight bits, one line per scheme ({'per-tensor': {8: 0.97, ...}, ...})."""
-    from hwopt import plots
-
     arguments.instance("curves", curves, Mapping)
     if not curves:
         raise ValueError("curves must map a scheme name to {bits: accuracy}")
@@ -504,8 +436,6 @@ def plot_accuracy_cliff(curves: Mapping[str, Mapping[int, float]], reference: fl
 
 def precision_explorer(model: nn.Module, data: Digits, layer: str | None = None):
     """Sliders (bits, per-tensor/channel, symmetric/asymmetric) -> error heat-map of a layer + accuracy."""
-    from hwopt import widgets
-
     layers = linear_layers(model)
     arguments.instance("data", data, Digits)
     layer = next(iter(layers)) if layer is None else arguments.one_of("layer", layer, layers)

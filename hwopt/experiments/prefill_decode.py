@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from hwopt import arguments, formats, plots
+from hwopt import arguments, formats, plots, quantization
 from hwopt.cost import footprint, phases, serving
-from hwopt.experiments import precision
 from hwopt.machine import bench
 from hwopt.models import tiny_decoder
 
@@ -328,24 +327,15 @@ def plot_decode_vs_context(sweep: ContextSweep, ax=None):
 
 
 def quantize_kv(tensor: torch.Tensor, kv_precision: str) -> torch.Tensor:
-    """tensor (..., head_dim) stored in kv_precision and read back (same dtype): floats by a cast (fp8 with a
-    scale per vector of head_dim), ints with a symmetric scale per vector (precision.fake_quantize)."""
+    """tensor (..., head_dim) stored in kv_precision and read back (same dtype): 16 bits or more by a cast,
+    fp8 and ints with a (symmetric) scale per vector of head_dim (hwopt.quantization.fake_quantize)."""
     arguments.instance("tensor", tensor, torch.Tensor)
     if not tensor.is_floating_point() or tensor.dim() < 1:
         raise ValueError(f"tensor must be a floating-point tensor (..., head_dim); got {tensor.dtype}, "
                          f"shape {tuple(tensor.shape)}")
     arguments.finite_array("tensor", tensor)
     fmt = formats.get(kv_precision, "kv_precision", footprint.KV_PRECISIONS)
-    rows = tensor.reshape(-1, tensor.shape[-1]).float()
-    if fmt.kind == "int":
-        out = precision.fake_quantize(rows, fmt.bits, per_channel=True)
-    elif fmt.bits == 8:
-        dtype = getattr(torch, fmt.torch_dtype)
-        scale = (rows.abs().amax(-1, keepdim=True) / torch.finfo(dtype).max).clamp_min(torch.finfo().tiny)
-        out = (rows / scale).to(dtype).float() * scale
-    else:
-        out = rows.to(getattr(torch, fmt.torch_dtype)).float()
-    return out.reshape(tensor.shape).to(tensor.dtype)
+    return quantization.fake_quantize(tensor, fmt, per_channel=tensor.dim() > 1)
 
 
 def _relative_rms(error: torch.Tensor, reference: torch.Tensor) -> float:

@@ -57,8 +57,7 @@
 
 #define MAX_THREADS 64
 /* A unit of work is a chunk of rows, about 1/CHUNKS_PER_MATRIX of a matrix's weights, within CHUNK_BYTES and
- * CHUNK_BYTES_MAX: long streams for the prefetchers, and still enough chunks that the cores finish together
- * (the performance report measures the kernel against STREAM). */
+ * CHUNK_BYTES_MAX: long streams for the prefetchers, and still enough chunks that the cores finish together. */
 #ifndef CHUNK_BYTES
 #define CHUNK_BYTES 65536
 #endif
@@ -69,8 +68,9 @@
 #define CHUNKS_PER_MATRIX 32
 #endif
 #ifndef SPIN_S
-#define SPIN_S 5e-5 /* how long an idle worker waits for the next call before it sleeps: decode steps come
-                     * back to back, and a late worker only joins late (the caller starts at once) */
+#define SPIN_S 5e-5 /* how long an idle worker waits for the next call before it sleeps: briefly, since a
+                     * spinning worker holds a core the caller's own work between calls may need, and a late
+                     * worker only joins late (the caller starts at once) */
 #endif
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__FMA__)
@@ -359,7 +359,7 @@ static inline float dot1_f32(const float *w, long cols, const float *x) {
  * is one sequential stream of 128 bytes per step, fetched ahead of use. (A plain row of int8 weights is one
  * 4 KiB page, and the hardware prefetcher starts over at every page.) */
 #ifndef FETCH_AHEAD /* bytes: about what one core's share of the memory bandwidth brings in per latency */
-#define FETCH_AHEAD 4096 /* far enough ahead to hide memory latency, near enough to stay in L2 */
+#define FETCH_AHEAD 4096
 #endif
 
 static inline void fetch_ahead(const void *p) {

@@ -2,6 +2,7 @@
 
 The kernel runs h <- h + h @ B_i over a stack of square layers, the same step as decode.py, with every
 weight read once per step: it is written for the memory-bound case of batch-1 decoding. Its int8 and int4
+weights are hwopt.quantization's codes and scales, packed into the kernel's layout (pack_int8, pack_int4). The
 dot products have one instruction path per x86 SIMD level (PATHS: AVX-512 VNNI, AVX-VNNI, AVX2, plain C);
 the build picks the fastest this CPU runs, from the SIMD features hwopt.machine.hardware reads. Building
 takes well under a second; the shared library is cached by its source, compiler and flags. Its fp32 loop also
@@ -23,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from hwopt import arguments, formats
+from hwopt import arguments, formats, quantization
 from hwopt.machine import bench, hardware, toolchain
 
 SOURCE = Path(__file__).with_name("lowbit_gemv.c")
@@ -216,7 +218,7 @@ def path_report(lib: ctypes.CDLL | None = None) -> str:
     return "\n".join(lines)
 
 
-# ---- weight layouts (w is (K, N) as in h @ w; the kernel reads rows of w.T) -----------------------------
+# ---- weight layouts: hwopt.quantization's codes and scales of w (K, N), packed for the kernel ------------
 
 
 def _square(w, multiple: int = 64, name: str = "w") -> np.ndarray:
@@ -233,107 +235,79 @@ def _interleave(rows: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(rows.reshape(n // 4, 4, width // 32, 32).transpose(0, 2, 1, 3))
 
 
-def _deinterleave(grouped: np.ndarray) -> np.ndarray:
-    """Inverse of _interleave: (N/4, B/32, 4, 32) -> (N, B)."""
-    groups, pieces, four, piece = grouped.shape
-    return grouped.transpose(0, 2, 1, 3).reshape(groups * four, pieces * piece)
-
-
-def quantize_int8_rows(w) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int8 per output channel: q (N/4, K/32, 4, 32) int8 in -127..127 (rows interleaved in groups
-    of 4) and scale (N,); w.T ~= rows of q * scale."""
+def quantize_weight(w, precision: str) -> quantization.Quantized:
+    """The codes and scales the kernel stores for w (K, N) at 'int8' (symmetric, a scale per output channel)
+    or 'int4' (symmetric int4_g32: a scale per 32 weights of a channel), quantized along K."""
+    precision = formats.name(precision, "precision", supported=("int8", "int4"))
     w = _square(w)
-    scale = np.abs(w).max(axis=0) / 127  # per column of w: the output channels (computed in place below)
-    scale[scale == 0] = 1.0
-    q = w / scale
-    np.rint(q, out=q)
-    np.clip(q, -127, 127, out=q)
-    return _interleave(q.astype(np.int8).T), scale.astype(np.float32)
+    return quantization.quantize(w, WEIGHT_FORMATS[precision], per_channel=True, axis=0)
 
 
-def dequantize_int8_rows(q: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """Inverse of quantize_int8_rows: fp32 (K, N)."""
-    q = arguments.finite_array("q", q, ndim=4, integer=True, minimum=-127, maximum=127)
-    scale = arguments.finite_array("scale", scale, ndim=1, minimum=0, strict=True)
-    if q.shape[0] * q.shape[2] != len(scale):
-        raise ValueError(f"scale must hold one value per row of q ({q.shape[0] * q.shape[2]}); "
-                         f"got {len(scale)}")
-    return (_deinterleave(q).astype(np.float32) * scale[:, None]).T
+def _channel_codes(q: quantization.Quantized, precision: str) -> tuple[np.ndarray, np.ndarray]:
+    """q's codes as rows of w.T (N, K) and scales (N, blocks), checked to be quantize_weight's output."""
+    arguments.instance("q", q, quantization.Quantized)
+    stored = formats.get(WEIGHT_FORMATS[precision])
+    codes, scales, _ = q.numpy()
+    block = stored.block or (codes.shape[0] if codes.ndim == 2 else 0)
+    if (q.precision.name != stored.name or not q.symmetric or q.axis != 0 or q.block != block
+            or codes.ndim != 2 or codes.shape[0] != codes.shape[1] or codes.shape[0] % 64):
+        raise ValueError(f"q must be quantize_weight(w, {precision!r}) of a square w (d, d), d a multiple of "
+                         f"64; got {q.precision.name} codes of shape {codes.shape} along axis {q.axis}")
+    return codes.T, scales.T
 
 
-def quantize_int4_rows(w) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int4, blocks of 32 a channel: packed (N/4, K/64, 4, 32) uint8, scale (N/4, K/32, 4).
-
-    A row's 64 weights take 32 bytes: byte j holds weight j (low nibble) and j + 32 (high), each as w + 8.
-    Rows are interleaved in groups of 4, and so are their block scales.
-    """
-    w = _square(w)
-    k, n = w.shape
-    blocks = w.reshape(k // INT4_BLOCK, INT4_BLOCK, n)  # blocks run down the columns (output channels)
-    scale = np.abs(blocks).max(axis=1) / 7  # (K/32, N)
-    scale[scale == 0] = 1.0
-    levels = blocks / scale[:, None, :]
-    np.rint(levels, out=levels)
-    np.clip(levels, -8, 7, out=levels)
-    levels += 8
-    nibbles = levels.astype(np.uint8).reshape(k // 64, 2, INT4_BLOCK, n)  # (piece of 64, half, j, channel)
-    packed = nibbles[:, 0] | (nibbles[:, 1] << 4)  # (K/64, 32, N)
-    rows = packed.transpose(2, 0, 1).reshape(n, k // 2)
-    grouped_scale = scale.astype(np.float32).T.reshape(n // 4, 4, -1).transpose(0, 2, 1)
-    return _interleave(rows), np.ascontiguousarray(grouped_scale)
+def pack_int8(q: quantization.Quantized) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's int8 layout of quantize_weight(w, 'int8'): codes (N/4, K/32, 4, 32) int8 in -127..127
+    (rows of w.T interleaved in groups of 4) and a scale per row (N,) fp32."""
+    rows, scales = _channel_codes(q, "int8")
+    return _interleave(rows.astype(np.int8, copy=False)), np.ascontiguousarray(scales.ravel(), np.float32)
 
 
-def dequantize_int4_rows(packed: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """Inverse of quantize_int4_rows: fp32 (K, N)."""
-    packed = arguments.finite_array("packed", packed, ndim=4, integer=True, minimum=0, maximum=255)
-    scale = arguments.finite_array("scale", scale, ndim=3, minimum=0, strict=True)
-    blocks = (packed.shape[0], 2 * packed.shape[1], packed.shape[2])
-    if scale.shape != blocks:
-        raise ValueError(f"scale must be {blocks}, one per block of packed; got {scale.shape}")
-    rows = _deinterleave(packed.astype(np.uint8, copy=False))
-    n, half = rows.shape
-    groups = rows.reshape(n, half // 32, 32)
-    nibbles = np.concatenate([groups & 15, groups >> 4], axis=2).reshape(n, -1, INT4_BLOCK)
-    row_scale = scale.transpose(0, 2, 1).reshape(n, -1)
-    return ((nibbles.astype(np.float32) - 8) * row_scale[..., None]).reshape(n, half * 2).T
-
-
-def quantize_input(h) -> tuple[np.ndarray, float]:
-    """The kernel's int8/int4 layer input: symmetric int8, one scale (h ~= xq * scale)."""
-    h = arguments.finite_array("h", h, ndim=1).astype(np.float32, copy=False)
-    amax = float(np.abs(h).max())
-    scale = np.float32(amax / 127 if amax > 0 else 1.0)
-    return np.clip(np.rint(h / scale), -127, 127).astype(np.int8), float(scale)
+def pack_int4(q: quantization.Quantized) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's int4 layout of quantize_weight(w, 'int4'): packed (N/4, K/64, 4, 32) uint8 and scales
+    (N/4, K/32, 4) fp32. A row's 64 weights take 32 bytes: byte j holds code j (low nibble) and code j + 32
+    (high), each plus 8. Rows are interleaved in groups of 4, and so are their block scales."""
+    rows, scales = _channel_codes(q, "int4")
+    n, k = rows.shape
+    nibbles = (rows + 8).astype(np.uint8).reshape(n, k // 64, 2, INT4_BLOCK)  # (row, piece of 64, half, j)
+    packed = (nibbles[:, :, 0] | (nibbles[:, :, 1] << 4)).reshape(n, k // 2)
+    grouped_scales = scales.astype(np.float32).reshape(n // 4, 4, -1).transpose(0, 2, 1)
+    return _interleave(packed), np.ascontiguousarray(grouped_scales)
 
 
 def emulate(stack, precision: str) -> np.ndarray:
-    """The kernel's arithmetic in numpy (float64 sums), to check the C code against: (d_model,)."""
+    """The kernel's arithmetic in numpy (float64 sums), to check the C code against: (d_model,). The layer
+    input is quantized as the kernel does it: symmetric int8, one scale for the vector."""
     precision = formats.name(precision, "precision", supported=WEIGHT_FORMATS)
-    prepared = _prepare(stack, precision)
+    layers = _layers(stack)
     h = stack.x.astype(np.float64)
-    for weights, scale in prepared:
+    for w in layers:
         if precision == "fp32":
-            h = h + weights.astype(np.float64) @ h
+            h = h + h @ w.astype(np.float64)
             continue
-        xq, x_scale = quantize_input(h.astype(np.float32))
-        rows = (dequantize_int8_rows(weights, scale) if precision == "int8"
-                else dequantize_int4_rows(weights, scale)).T
-        h = h + rows.astype(np.float64) @ (xq.astype(np.float64) * x_scale)
+        weights = quantize_weight(w, precision).dequantize().astype(np.float64)
+        x = quantization.fake_quantize(h.astype(np.float32), "int8")
+        h = h + x.astype(np.float64) @ weights
     return h.astype(np.float32)
 
 
-def _prepare(stack, precision: str) -> list[tuple[np.ndarray, np.ndarray | None]]:
-    precision = formats.name(precision, "precision", supported=WEIGHT_FORMATS)
+def _layers(stack) -> list[np.ndarray]:
     if not (hasattr(stack, "layers") and hasattr(stack, "x")):
         raise ValueError(f"stack must have .layers and .x, as decode.make_stack() returns; got "
                          f"{type(stack).__name__}")
     layers = [_square(w, name=f"stack.layers[{i}]") for i, w in enumerate(stack.layers)]
     if any(w.shape != layers[0].shape for w in layers) or np.shape(stack.x) != (layers[0].shape[0],):
         raise ValueError("stack.layers must all be (d, d) and stack.x (d,)")
+    return layers
+
+
+def _prepare(stack, precision: str) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    precision = formats.name(precision, "precision", supported=WEIGHT_FORMATS)
+    layers = _layers(stack)
     if precision == "fp32":
         return [(np.ascontiguousarray(w.T), None) for w in layers]
-    quantize = quantize_int8_rows if precision == "int8" else quantize_int4_rows
-    return [quantize(w) for w in layers]
+    pack = pack_int8 if precision == "int8" else pack_int4
+    return [pack(quantize_weight(w, precision)) for w in layers]
 
 
 def step_fn(stack, precision: str, threads: int | None = None, lib: ctypes.CDLL | None = None
@@ -396,8 +370,6 @@ def gemv_f32(w, x, bias=None, threads: int | None = None, lib: ctypes.CDLL | Non
 
 def default_threads() -> int:
     """The kernel's default worker count: torch's intra-op thread count (the cores torch uses)."""
-    import torch
-
     return torch.get_num_threads()
 
 

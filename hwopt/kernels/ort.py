@@ -1,10 +1,13 @@
 """ONNX Runtime: export (dynamo exporter), sessions with explicit threads and optimization levels,
-graph node counts, dynamic and static int8 quantization, TensorRT FP16 where present (lessons 4, 5)."""
+graph node counts, dynamic and static int8 quantization, TensorRT FP16 where present (lessons 4, 5), and the
+quantized graphs of lesson 2's decode step, their weights packed from hwopt.quantization's codes and scales.
+"""
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib.util
 import io
 import logging
 import os
@@ -17,8 +20,15 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnxruntime
+import torch
+from onnx import helper, numpy_helper
+from onnxruntime.quantization import QuantFormat, QuantType
+from onnxruntime.quantization import quantize_dynamic as ort_quantize_dynamic
+from onnxruntime.quantization import quantize_static as ort_quantize_static
 
-from hwopt import arguments
+from hwopt import arguments, quantization
 
 OPT_LEVELS = ("disable", "basic", "extended", "all")
 WEIGHT_TYPES = ("qint8", "quint8")
@@ -110,8 +120,6 @@ def export_onnx(
 
     example_inputs: tuple of tensors; dim 0 of each is a dynamic 'batch' axis when dynamic_batch.
     """
-    import torch
-
     arguments.instance("model", model, torch.nn.Module)
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
@@ -152,8 +160,6 @@ def export_onnx(
 
 def _drop_initializer_value_info(path: Path) -> None:
     """Drop shape entries that duplicate initializers: ORT's quantizer re-lays weights out and then trips."""
-    import onnx
-
     model = onnx.load(str(path))
     initializers = {init.name for init in model.graph.initializer}
     keep = [v for v in model.graph.value_info if v.name not in initializers]
@@ -173,8 +179,6 @@ def _path(name: str, path, *, existing: bool = False) -> Path:
 def file_size_bytes(path: str | Path) -> int:
     """Bytes on disk of an .onnx file plus any external-data files next to it."""
     path = _path("path", path, existing=True)
-    import onnx
-
     size = path.stat().st_size
     model = onnx.load(str(path), load_external_data=False)
     locations = {
@@ -195,13 +199,11 @@ def session_options(
     optimized_model_path: str | Path | None = None,
     allow_spinning: bool = False,
 ):
-    """ort.SessionOptions: intra-op threads (None = ORT's default), optimization level, quiet logs.
+    """onnxruntime.SessionOptions: intra-op threads (None = ORT's default), optimization level, quiet logs.
 
     allow_spinning=False: idle ORT threads sleep instead of spinning, so they do not slow torch code that runs
     in between (interleaved comparisons); True shaves latency off back-to-back ORT calls.
     """
-    import onnxruntime as ort
-
     arguments.one_of("opt_level", opt_level, OPT_LEVELS)
     if threads is not None:
         arguments.count("threads", threads, "threads")
@@ -209,12 +211,12 @@ def session_options(
     if optimized_model_path is not None:
         _path("optimized_model_path", optimized_model_path)
     levels = {
-        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        "disable": onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
     }
-    options = ort.SessionOptions()
+    options = onnxruntime.SessionOptions()
     options.graph_optimization_level = levels[opt_level]
     options.log_severity_level = 3  # errors only
     if threads is not None:
@@ -239,9 +241,7 @@ def providers_for(device: str = "cpu", available: Sequence[str] | None = None) -
 def _providers(available) -> list[str]:
     """The providers this onnxruntime offers (None), or the given list of provider names, checked."""
     if available is None:
-        import onnxruntime as ort
-
-        return list(ort.get_available_providers())
+        return list(onnxruntime.get_available_providers())
     arguments.instance("available", available, (list, tuple))
     for name in available:
         arguments.text("available", name)
@@ -258,8 +258,6 @@ def make_session(
 ):
     """An InferenceSession on model (an .onnx path, or a serialized model's bytes) with explicit threads,
     optimization level and providers."""
-    import onnxruntime as ort
-
     if isinstance(model, bytes | bytearray):
         if not model:
             raise ValueError("model must be an existing .onnx file or a serialized model's bytes, got b''")
@@ -273,7 +271,7 @@ def make_session(
     device_providers = providers_for(device)
     if providers is not None:
         arguments.instance("providers", providers, (list, tuple))
-    return ort.InferenceSession(source, options, providers=list(providers or device_providers))
+    return onnxruntime.InferenceSession(source, options, providers=list(providers or device_providers))
 
 
 def run(session, *inputs) -> np.ndarray:
@@ -320,22 +318,17 @@ class Predictor:
 
 def optimized_graph(model_path: str | Path, opt_level: str = "all", *, threads: int | None = 1):
     """The onnx.ModelProto ORT produces after graph optimization at opt_level (via a scratch file)."""
-    import onnx
-    import onnxruntime as ort
-
     model_path = _path("model_path", model_path, existing=True)
     arguments.one_of("opt_level", opt_level, OPT_LEVELS)
     with tempfile.TemporaryDirectory(prefix="hwopt-ort-opt-") as scratch:
         out = Path(scratch) / f"optimized_{opt_level}.onnx"
         options = session_options(threads=threads, opt_level=opt_level, optimized_model_path=out)
-        ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+        onnxruntime.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
         return onnx.load(str(out))
 
 
 def node_counts(model) -> Counter:
     """Counter of op types in an ONNX graph (path or ModelProto), e.g. Counter({'Gemm': 2, 'Relu': 1})."""
-    import onnx
-
     if isinstance(model, str | Path):
         if not Path(model).is_file():
             raise ValueError(
@@ -363,9 +356,6 @@ def quantize_dynamic(
     out_path: str | Path | None = None,
 ) -> Path:
     """ORT dynamic int8 quantization (weights int8 offline, activations at run time) -> new .onnx path."""
-    from onnxruntime.quantization import QuantType
-    from onnxruntime.quantization import quantize_dynamic as ort_quantize_dynamic
-
     arguments.one_of("weight_type", weight_type, WEIGHT_TYPES)
     model_path = _path("model_path", model_path, existing=True)
     reduce_range = arguments.boolean("reduce_range", reduce_range)
@@ -430,10 +420,6 @@ def quantize_static(
     out_path: str | Path | None = None,
 ) -> Path:
     """ORT static int8 quantization (QDQ, activation ranges calibrated on calibration_data) -> .onnx path."""
-    import onnx
-    from onnxruntime.quantization import QuantFormat, QuantType
-    from onnxruntime.quantization import quantize_static as ort_quantize_static
-
     model_path = _path("model_path", model_path, existing=True)
     per_channel = arguments.boolean("per_channel", per_channel)
     reduce_range = arguments.boolean("reduce_range", reduce_range)
@@ -460,9 +446,6 @@ def quantize_static(
 
 def linear_model(weight, path: str | Path | None = None) -> Path:
     """A one-node ONNX graph y = x @ weight, weight (in, out) float32, written without the exporter."""
-    import onnx
-    from onnx import helper, numpy_helper
-
     weight = arguments.finite_array("weight", weight, ndim=2)
     if weight.dtype != np.float32:
         raise ValueError(f"weight must be a 2-D float32 array (in, out), got {weight.dtype} {weight.shape}")
@@ -515,6 +498,112 @@ def int8_saturation_probe(
     return errors
 
 
+# ---- lesson 2's decode step as quantized graphs, packed from hwopt.quantization's codes and scales -------
+
+NBITS_BLOCK_SIZES = (16, 32, 64, 128, 256)  # weights per scale that MatMulNBits takes (powers of two >= 16)
+NBITS_BITS = (4, 8)  # the widths of MatMulNBits weights packed here
+
+
+def _weight_codes(q, bits: tuple[int, ...], symmetric: bool, blocks: tuple[int, ...] | None):
+    """Codes (K, N), scales and zero points (numpy) of q, checked to be `bits`-bit integer codes of a weight
+    w (K, N) along K (axis 0, as in x @ w), symmetric or not, in one of `blocks` (None: per channel)."""
+    arguments.instance("q", q, quantization.Quantized)
+    codes, scales, zero_points = q.numpy()
+    along_k = codes.ndim == 2 and q.axis == 0
+    if blocks is None:
+        layout, fits = "one scale per output channel", along_k and q.block == codes.shape[0]
+    else:
+        layout = f"blocks of {' or '.join(map(str, blocks))} weights"
+        fits = along_k and q.block in blocks and codes.shape[0] % q.block == 0
+    grid = q.precision.kind == "int" and q.precision.bits in bits and q.symmetric == symmetric
+    if not (fits and grid):
+        kind = "symmetric" if symmetric else "asymmetric"
+        widths = " or ".join(map(str, bits))
+        raise ValueError(f"q must hold {kind} {widths}-bit integer codes of a weight (K, N) along K (axis 0) "
+                         f"in {layout}; got {q.precision.name} codes of shape {codes.shape} "
+                         f"along axis {q.axis}, {q.block} per scale, {'' if q.symmetric else 'a'}symmetric")
+    return codes, scales, zero_points
+
+
+def matmul_integer_weights(q: quantization.Quantized) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """MatMulInteger's weight from asymmetric 8-bit codes of w (K, N) with a scale and zero point per output
+    channel (quantization.quantize(w, "int8", per_channel=True, symmetric=False, axis=0)): B (K, N) uint8, its
+    scale (N,) fp32 and zero point (N,) uint8. Unsigned weights avoid the u8 x s8 overflow that costs signed
+    int8 accuracy on CPUs without VNNI."""
+    codes, scales, zero_points = _weight_codes(q, (8,), False, None)
+    return (np.ascontiguousarray(codes, np.uint8), scales.reshape(-1).astype(np.float32),
+            zero_points.reshape(-1).astype(np.uint8))
+
+
+def matmul_nbits_weights(q: quantization.Quantized) -> tuple[np.ndarray, np.ndarray]:
+    """MatMulNBits' weight from symmetric 4- or 8-bit block codes of w (K, N) along K
+    (quantization.quantize(w, "int4_g32", axis=0)): B (N, K/block, block * bits / 8) uint8 and the scales
+    (N, K/block) fp32. Each code is stored plus 2^(bits-1), the zero point the op takes when it is given
+    none; 4-bit codes go two to a byte along K, the first in the low nibble."""
+    codes, scales, _ = _weight_codes(q, NBITS_BITS, True, NBITS_BLOCK_SIZES)
+    k, n = codes.shape
+    bits, block = q.precision.bits, q.block
+    stored = (codes.T.astype(np.int16) + 2 ** (bits - 1)).astype(np.uint8)  # (N, K): blocks run along K
+    if bits == 4:
+        stored = stored[:, 0::2] | (stored[:, 1::2] << 4)
+    return (np.ascontiguousarray(stored.reshape(n, k // block, block * bits // 8)),
+            np.ascontiguousarray(scales.T, dtype=np.float32))
+
+
+def _add_initializer(graph, name: str, array: np.ndarray) -> None:
+    """Add array to graph's initializers in place (make_graph and make_model would copy each weight twice)."""
+    init = graph.initializer.add()
+    init.name, init.data_type = name, helper.np_dtype_to_tensor_dtype(array.dtype)
+    init.dims.extend(array.shape)
+    init.raw_data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+
+
+def decode_step_model(layers: Sequence[quantization.Quantized], accuracy_level: int = 4) -> bytes:
+    """Serialized ONNX graph of lesson 2's decode step h <- h + h @ W_i (input h0 (1, d), output (1, d)),
+    each W_i (d, d) given as its quantization along K (axis 0): asymmetric 8-bit codes per output channel run
+    as DynamicQuantizeLinear -> MatMulInteger -> rescale (matmul_integer_weights); symmetric 4- or 8-bit
+    blocks as MatMulNBits (matmul_nbits_weights; accuracy_level 4 rounds the input to int8 and sums in int32,
+    0 computes in fp32)."""
+    arguments.instance("layers", layers, (list, tuple))
+    if not layers:
+        raise ValueError("layers must hold at least one quantized (d, d) weight")
+    accuracy_level = arguments.between("accuracy_level", accuracy_level, 0, 4, integer=True)
+    nodes, weights, d = [], [], None
+    for i, q in enumerate(layers):
+        name, h, y = f"layers[{i}]", f"h{i}", f"y{i}"
+        arguments.instance(name, q, quantization.Quantized)
+        d = q.codes.shape[0] if d is None else d
+        if tuple(q.codes.shape) != (d, d):
+            raise ValueError(f"{name} must be a ({d}, {d}) weight like layers[0]; got codes of shape "
+                             f"{tuple(q.codes.shape)}")
+        if q.symmetric:
+            b, scales = arguments.named(name, matmul_nbits_weights, q)
+            weights += [(f"W{i}", b), (f"Ws{i}", scales)]
+            level = {"accuracy_level": accuracy_level} if accuracy_level else {}
+            nodes.append(helper.make_node("MatMulNBits", [h, f"W{i}", f"Ws{i}"], [y], domain="com.microsoft",
+                                          K=d, N=d, bits=q.precision.bits, block_size=q.block, **level))
+        else:
+            b, scale, zero_point = arguments.named(name, matmul_integer_weights, q)
+            weights += [(f"W{i}", b), (f"Ws{i}", scale), (f"Wz{i}", zero_point)]
+            nodes += [
+                helper.make_node("DynamicQuantizeLinear", [h], [f"x{i}", f"xs{i}", f"xz{i}"]),
+                helper.make_node("MatMulInteger", [f"x{i}", f"W{i}", f"xz{i}", f"Wz{i}"], [f"acc{i}"]),
+                helper.make_node("Cast", [f"acc{i}"], [f"accf{i}"], to=onnx.TensorProto.FLOAT),
+                helper.make_node("Mul", [f"xs{i}", f"Ws{i}"], [f"s{i}"]),
+                helper.make_node("Mul", [f"accf{i}", f"s{i}"], [y]),
+            ]
+        nodes.append(helper.make_node("Add", [h, y], [f"h{i + 1}"]))
+    graph = helper.make_graph(
+        nodes, "decode_step", [helper.make_tensor_value_info("h0", onnx.TensorProto.FLOAT, [1, d])],
+        [helper.make_tensor_value_info(nodes[-1].output[0], onnx.TensorProto.FLOAT, [1, d])])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 10  # onnxruntime reads IR <= 10 everywhere the course runs
+    for name, array in weights:
+        _add_initializer(model.graph, name, array)
+    return model.SerializeToString()
+
+
 TENSORRT_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider")  # TensorRT runs on CUDA's
 
 
@@ -523,20 +612,16 @@ def tensorrt_status(
 ) -> tuple[bool, str]:
     """(usable, why): can ONNX Runtime run TensorRT FP16 here, and the reason in one sentence.
 
-    Usable needs this onnxruntime's providers (ort.get_available_providers()) to hold both the TensorRT and
-    the CUDA execution providers, and a CUDA GPU (gpu: torch.cuda.is_available() by default). The
+    Usable needs this onnxruntime's providers (onnxruntime.get_available_providers()) to hold both the
+    TensorRT and the CUDA execution providers, and a CUDA GPU (gpu: torch.cuda.is_available() by default). The
     `tensorrt` Python package alone is not enough: ORT runs TensorRT only through its own provider.
     """
-    import importlib.util
-
     available = _providers(available)
     if gpu is not None:
         arguments.boolean("gpu", gpu)
     if tensorrt_package is not None:
         arguments.boolean("tensorrt_package", tensorrt_package)
     if gpu is None:
-        import torch
-
         gpu = torch.cuda.is_available()
     if tensorrt_package is None:
         tensorrt_package = importlib.util.find_spec("tensorrt") is not None
@@ -567,8 +652,6 @@ def tensorrt_fp16_session(
     model_path: str | Path, *, cache_dir: str | Path | None = None, available: Sequence[str] | None = None
 ):
     """An ORT session on TensorRT with FP16 enabled; ValueError saying why when TensorRT is absent."""
-    import onnxruntime as ort
-
     model_path = _path("model_path", model_path, existing=True)
     if cache_dir is not None:
         _path("cache_dir", cache_dir)
@@ -587,7 +670,7 @@ def tensorrt_fp16_session(
         "CUDAExecutionProvider",
         "CPUExecutionProvider",
     ]
-    return ort.InferenceSession(str(model_path), session_options(), providers=providers)
+    return onnxruntime.InferenceSession(str(model_path), session_options(), providers=providers)
 
 
 def tensorrt_fp16_check(

@@ -5,7 +5,8 @@ A second environment = this one's packages with Colab's widget and IPython versi
 folder on PYTHONPATH, built by `make colab-overlay` from hwopt.course.colab.COLAB_STACK at the stored Colab
 freeze's versions): the widget tests, one lesson and one assignment run there headless, in fresh processes,
 their kernels on Colab's ipykernel and IPython. (This environment's Python, not Colab's 3.13: Colab's torch
-build is not on the package index; tests/course/test_colab_resolution.py checks the setup cell's installs for 3.13.)
+build is not on the package index; tests/course/test_colab_resolution.py checks the setup cell's installs for
+3.13.)
 """
 
 import json

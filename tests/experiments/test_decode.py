@@ -1,14 +1,19 @@
-"""experiments.decode: estimates by hand, quantizer round-trips, each path (numpy, torch, ORT) vs oracle."""
+"""experiments.decode: estimates by hand, each path (numpy, torch, ORT, the C kernel) vs the oracle, the bytes
+each stores, timing and verdicts."""
 
+import dataclasses
 import itertools
 import time
 
 import numpy as np
+import onnx
 import pytest
+import torch
+from onnx import helper, numpy_helper
 
-from hwopt import formats
+from hwopt import formats, quantization
 from hwopt.experiments import decode
-from hwopt.kernels import ort
+from hwopt.kernels import lowbit_gemv, ort
 from hwopt.machine import bench
 
 pytestmark = pytest.mark.filterwarnings("ignore::hwopt.machine.bench.NoisyMeasurementWarning")
@@ -51,7 +56,7 @@ def test_make_stack_shapes_and_bytes(stack):
     assert stack.n_params == 2 * 64 * 64 and stack.weight_bytes("int4") == 64 * 64
     assert stack.weight_bytes("int4_g32") == 2 * 64 * 64 * (0.5 + 4 / 32)  # + an fp32 scale per 32 weights
     assert stack.activation_bytes == 2 * 2 * 4 * 64  # each layer reads and writes one fp32 vector
-    with pytest.raises(ValueError, match="weight_format"):
+    with pytest.raises(ValueError, match="precision"):
         stack.weight_bytes(0.5)
     with pytest.raises(ValueError, match="n_layers"):
         decode.make_stack(64, 0)
@@ -73,36 +78,10 @@ def test_relative_error():
         decode.relative_error([1.0], [0.0])
 
 
-def test_int8_quantizer_round_trip_error_is_half_a_step(stack):
-    w = stack.layers[0]
-    q, scale, zp = decode.quantize_int8(w)
-    assert q.dtype == np.uint8 and q.shape == w.shape and scale.shape == zp.shape == (64,)
-    back = decode.dequantize_int8(q, scale, zp)
-    assert np.all(np.abs(back - w) <= scale / 2 + 1e-6)
-    with pytest.raises(ValueError, match="2-D"):
-        decode.quantize_int8(np.zeros(3))
-
-
-def test_int4_quantizer_round_trip_matches_blocks(stack):
-    w = stack.layers[0]
-    packed, scales = decode.quantize_int4(w, block_size=32)
-    assert packed.shape == (64, 2, 16) and scales.shape == (64, 2)
-    back = decode.dequantize_int4(packed, scales)
-    assert back.shape == w.shape
-    step = np.repeat(np.abs(scales), 32, axis=1).T  # (K, N) step size of each weight's block
-    ratio = np.abs(back - w) / step
-    # symmetric int4 spans -8..7: rounding costs <= half a step, except the block's extreme may clip to 7
-    assert ratio.max() <= 1.0 + 1e-6 and ratio.mean() == pytest.approx(0.25, abs=0.03)
-    with pytest.raises(ValueError, match="block_size"):
-        decode.quantize_int4(w, block_size=24)
-    with pytest.raises(ValueError, match="multiple"):
-        decode.quantize_int4(np.zeros((48, 8), np.float32), block_size=32)
-
-
 def test_every_cpu_path_matches_the_oracle_within_tolerance(stack):
     paths = decode.decode_paths(stack, threads=1)
     assert {"fp32 numpy", "fp32 torch", "int8 ORT MatMulInteger", "int8 ORT MatMulNBits",
-            "int4 ORT MatMulNBits"} <= set(paths)  # and the C kernel's paths: tests/test_lowbit_gemv.py
+            "int4 ORT MatMulNBits"} <= set(paths)  # the C kernel's: tests/kernels/test_lowbit_gemv.py
     errors = decode.check_paths(paths, stack)
     assert errors["fp32 numpy"] < 1e-5 and errors["fp32 torch"] < 1e-5
     for int8 in ("int8 ORT MatMulInteger", "int8 ORT MatMulNBits"):
@@ -118,21 +97,24 @@ def _nbytes(*arrays) -> int:
 def test_each_path_counts_the_bytes_its_layout_really_stores(stack):
     """Bytes a path predicts from its format == bytes of the arrays it stores (to the per-channel scales)."""
     w = stack.layers[0]
-    fmt = decode.weight_formats(stack.d_model)
-    assert fmt["int4 ORT MatMulNBits"] == "int4_g32" and fmt["int8 ORT MatMulNBits"] == "int8_g32"
-    assert decode.weight_formats(4096)["int8 ORT MatMulNBits"] == "int8_g128"
-    stored = {"int4 ORT MatMulNBits": _nbytes(*decode.quantize_int4(w, 32)),
-              "int8 ORT MatMulNBits": _nbytes(*decode.quantize_int8_blocks(w, 32)),
-              "int8 ORT MatMulInteger": _nbytes(*decode.quantize_int8(w)), "fp32 numpy": w.nbytes}
-    for label, nbytes in stored.items():
-        predicted = w.size * formats.bytes_per_weight(fmt[label])
-        if formats.get(fmt[label]).block or fmt[label] == "fp32":
+    stored = decode.storage_precisions(stack.d_model)
+    assert stored["int4 ORT MatMulNBits"] == "int4_g32" and stored["int8 ORT MatMulNBits"] == "int8_g32"
+    assert decode.storage_precisions(4096)["int8 ORT MatMulNBits"] == "int8_g128"
+    int4 = ort.matmul_nbits_weights(quantization.quantize(w, "int4_g32", axis=0))
+    arrays = {"int4 ORT MatMulNBits": int4,
+              "int8 ORT MatMulNBits": ort.matmul_nbits_weights(quantization.quantize(w, "int8_g32", axis=0)),
+              "int8 ORT MatMulInteger": ort.matmul_integer_weights(
+                  quantization.quantize(w, "int8", per_channel=True, symmetric=False, axis=0)),
+              "fp32 numpy": (w,)}
+    for label, stored_arrays in arrays.items():
+        nbytes, predicted = _nbytes(*stored_arrays), w.size * formats.bytes_per_weight(stored[label])
+        if formats.get(stored[label]).block or stored[label] == "fp32":
             assert nbytes == predicted, label  # block scales: exactly counted
         else:  # a scale and zero point per column (d_model weights): formats calls it negligible
             assert nbytes == predicted + 5 * w.shape[1], label
     # ORT reads the same arrays from the graph: its initializers hold exactly the stored bytes (+ the names)
     model = decode.nbits_model_bytes(decode.DecodeStack((w,), stack.x), bits=4, block_size=32)
-    assert _nbytes(*decode.quantize_int4(w, 32)) < len(model) < _nbytes(*decode.quantize_int4(w, 32)) + 2000
+    assert _nbytes(*int4) < len(model) < _nbytes(*int4) + 2000
 
 
 def test_nbits_format_names_the_layout_or_refuses():
@@ -148,32 +130,26 @@ def test_prediction_table_counts_scales(stack):
     assert f"{stack.weight_bytes('int4_g32') / 10e9 * 1e3:.2f}" in int4
 
 
-def test_int4_kernel_computes_what_its_dequantized_weights_say(stack):
-    """Kernel check apart from quantization: ORT's int4 stack vs the same stack with dequantized weights."""
-    import dataclasses
-
-    deq = tuple(decode.dequantize_int4(*decode.quantize_int4(w)) for w in stack.layers)
+@pytest.mark.parametrize("bits", [4, 8])
+def test_nbits_kernels_compute_what_their_dequantized_weights_say(stack, bits):
+    """Kernel check apart from quantization: ORT's stack vs the same stack with dequantized weights."""
+    deq = tuple(quantization.quantize(w, bits, block=32, axis=0).dequantize() for w in stack.layers)
     expected = decode.reference(dataclasses.replace(stack, layers=deq))
-    session = ort.make_session(decode.int4_model_bytes(stack), threads=1)
+    session = ort.make_session(decode.nbits_model_bytes(stack, bits), threads=1)
     # accuracy_level 4 rounds activations to int8 too: agreement to ~1%, not to float precision
     assert decode.relative_error(decode.ort_step(session, stack)(), expected) < 0.02
-
-
-def test_int8_blocks_round_trip_and_kernel(stack):
-    import dataclasses
-
-    w = stack.layers[1]
-    packed, scales = decode.quantize_int8_blocks(w)
-    assert packed.shape == (64, 2, 32) and scales.shape == (64, 2)
-    back = decode.dequantize_int8_blocks(packed, scales)
-    step = np.repeat(np.abs(scales), 32, axis=1).T
-    assert np.all(np.abs(back - w) <= step / 2 + 1e-6)
-    deq = tuple(decode.dequantize_int8_blocks(*decode.quantize_int8_blocks(x)) for x in stack.layers)
-    expected = decode.reference(dataclasses.replace(stack, layers=deq))
-    session = ort.make_session(decode.nbits_model_bytes(stack, bits=8), threads=1)
-    assert decode.relative_error(decode.ort_step(session, stack)(), expected) < 0.02
+    exact = ort.make_session(decode.nbits_model_bytes(stack, bits, accuracy_level=0), threads=1)
+    assert decode.relative_error(decode.ort_step(exact, stack)(), expected) < 1e-5
     with pytest.raises(ValueError, match="bits"):
         decode.nbits_model_bytes(stack, bits=3)
+
+
+def test_matmul_integer_computes_what_its_dequantized_weights_say(stack):
+    deq = tuple(quantization.quantize(w, "int8", per_channel=True, symmetric=False, axis=0).dequantize()
+                for w in stack.layers)
+    expected = decode.reference(dataclasses.replace(stack, layers=deq))
+    session = ort.make_session(decode.int8_model_bytes(stack), threads=1)
+    assert decode.relative_error(decode.ort_step(session, stack)(), expected) < 0.02  # uint8 activations too
 
 
 def test_check_paths_names_a_path_beyond_tolerance(stack):
@@ -213,8 +189,6 @@ def test_time_paths_settles_each_path_before_timing_it():
 
 
 def test_decode_paths_include_the_c_kernel_when_it_builds(stack, monkeypatch):
-    from hwopt.kernels import lowbit_gemv
-
     if lowbit_gemv.unavailable_reason() is None:
         paths = decode.decode_paths(stack, threads=1)
         assert {"fp32 C kernel", "int8 C kernel", "int4 C kernel"} <= set(paths)
@@ -224,8 +198,6 @@ def test_decode_paths_include_the_c_kernel_when_it_builds(stack, monkeypatch):
 
 
 def test_ort_sessions_run_on_the_cores_torch_uses(stack, monkeypatch):
-    import torch
-
     seen = []
     real = ort.make_session
     monkeypatch.setattr(ort, "make_session", lambda m, **kw: seen.append(kw["threads"]) or real(m, **kw))
@@ -238,9 +210,6 @@ def test_ort_sessions_run_on_the_cores_torch_uses(stack, monkeypatch):
 
 @pytest.mark.parametrize(("bits", "block_size", "accuracy_level"), [(4, 32, 4), (8, 64, 4), (4, 16, 0)])
 def test_nbits_graph_is_matmulnbits_with_the_asked_blocks(stack, bits, block_size, accuracy_level):
-    import onnx
-    from onnx import helper
-
     model = onnx.load_from_string(decode.nbits_model_bytes(stack, bits, block_size, accuracy_level))
     assert [n.op_type for n in model.graph.node] == ["MatMulNBits", "Add"] * len(stack.layers)
     d = stack.d_model
@@ -256,20 +225,16 @@ def test_nbits_graph_is_matmulnbits_with_the_asked_blocks(stack, bits, block_siz
     assert sizes == {}, "no fp32 weight is left in the graph"
 
 
-def test_block_quantizers_match_the_graph_and_reject_bad_shapes(stack):
-    import onnx
-    from onnx import numpy_helper
-
-    model = onnx.load_from_string(decode.int4_model_bytes(stack, block_size=32))
+def test_the_graph_holds_the_common_codes_and_scales_and_refuses_bad_blocks(stack):
+    model = onnx.load_from_string(decode.nbits_model_bytes(stack, 4, block_size=32))
     inits = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
-    packed, scales = decode.quantize_int4(stack.layers[0], block_size=32)
+    packed, scales = ort.matmul_nbits_weights(quantization.quantize(stack.layers[0], "int4_g32", axis=0))
     node = model.graph.node[0]
-    assert np.array_equal(inits[node.input[1]].reshape(packed.shape), packed)
-    assert np.array_equal(inits[node.input[2]].reshape(scales.shape), scales)
-    with pytest.raises(ValueError, match="2-D"):
-        decode.quantize_int8_blocks(np.zeros(64, np.float32))
+    assert np.array_equal(inits[node.input[1]], packed) and np.array_equal(inits[node.input[2]], scales)
     with pytest.raises(ValueError, match="block_size"):
         decode.nbits_model_bytes(stack, bits=4, block_size=48)
+    with pytest.raises(ValueError, match="block_size"):
+        decode.nbits_model_bytes(decode.make_stack(48, 1), bits=4, block_size=32)
 
 
 def test_memory_or_compute_verdict():
@@ -279,11 +244,9 @@ def test_memory_or_compute_verdict():
         decode.memory_or_compute(5.0, 0)
 
 
-def test_torch_step_dtype_and_cuda_paths_on_cpu(stack, monkeypatch):
+def test_torch_step_precision_and_cuda_paths_on_cpu(stack, monkeypatch):
     """GPU paths move weights with .to(device); a fake 'cuda' that maps to the CPU exercises them."""
-    import torch
-
-    with pytest.raises(ValueError, match="dtype"):
+    with pytest.raises(ValueError, match="precision"):
         decode.torch_step(stack, "cpu", "int8")
     monkeypatch.setattr(bench, "resolve_device", lambda device="auto": str(device).replace("auto", "cuda"))
     real_to = torch.Tensor.to
@@ -307,10 +270,10 @@ def test_torch_step_dtype_and_cuda_paths_on_cpu(stack, monkeypatch):
 
 
 def fake_result(seconds: dict[str, float], precision: dict[str, str], n_params: float = 1e9,
-                weight_format: dict[str, str] | None = None):
-    fmt = {**precision, **(weight_format or {})}
-    paths = {k: decode.DecodePath(k, precision[k], fmt[k], lambda: None,
-                                  n_params * formats.bytes_per_weight(fmt[k])) for k in seconds}
+                storage_precision: dict[str, str] | None = None):
+    stored = {**precision, **(storage_precision or {})}
+    paths = {k: decode.DecodePath(k, precision[k], stored[k], lambda: None,
+                                  n_params * formats.bytes_per_weight(stored[k])) for k in seconds}
     return decode.DecodeResult(paths, {k: bench.Measurement(k, (s,)) for k, s in seconds.items()})
 
 
@@ -321,7 +284,7 @@ def test_prediction_table_and_int8_verdicts():
     text = fast.vs_prediction(25.0)
     assert "pred/meas" in text and "80%" in text.splitlines()[1] and " B/weight " in text.splitlines()[0]
     # int4_g32: 0.625 GB of weights and scales in 0.04 s = 15.6 GB/s, 62% of 25 GB/s (not 0.5 GB: 50%)
-    int4 = fake_result({"int4": 0.04}, {"int4": "int4"}, weight_format={"int4": "int4_g32"})
+    int4 = fake_result({"int4": 0.04}, {"int4": "int4"}, storage_precision={"int4": "int4_g32"})
     assert int4.achieved_gbs("int4") == pytest.approx(15.625)
     assert " int4_g32    0.625 " in int4.vs_prediction(25.0) and "62%" in int4.vs_prediction(25.0)
     verdict = decode.int8_verdict(fast, 25.0)
@@ -339,7 +302,7 @@ def test_prediction_table_and_int8_verdicts():
     assert mixed.splitlines()[1].startswith("  int8: ")  # fastest first
     assert "int8 lib is limited by compute" in mixed and "int8 reads the same bytes" in mixed
     blocks = decode.int8_verdict(fake_result({"fp32": 0.2, "int8 lib": 0.5, "int8": 0.05}, kinds,
-                                             weight_format={"int8 lib": "int8_g128"}), 25.0)
+                                             storage_precision={"int8 lib": "int8_g128"}), 25.0)
     assert "int8 reads about the same bytes (1 vs 1.031 B/weight)" in blocks
     with pytest.raises(ValueError, match="int8"):
         decode.int8_verdict(fake_result({"fp32": 0.2}, kinds), 25.0)

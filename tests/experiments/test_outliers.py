@@ -4,6 +4,7 @@ migration preserves X W^T exactly and fixes them; AWQ's search is never worse th
 import pytest
 import torch
 
+from hwopt import quantization
 from hwopt.experiments import fake_quant, outliers
 from hwopt.models import classifier
 
@@ -40,6 +41,16 @@ def test_smoothquant_error_is_strictly_below_per_tensor_on_injected_outliers():
     assert fake_quant.relative_rmse(outliers.w8a8_output(clean, w_clean), clean @ w_clean.T) < 0.02
 
 
+def test_activations_take_a_scale_per_tensor_or_per_channel():
+    x, _ = _activations()
+    per_channel = outliers.quantize_activations(x, 8, per_channel=True)
+    for c in (3, 5):  # a planted channel and an ordinary one: each its own step, max|x_c| / 127
+        step = float(x[:, c].abs().max()) / 127
+        assert float((per_channel[:, c] - x[:, c]).abs().max()) <= step / 2 * (1 + 1e-5)
+    per_tensor = outliers.quantize_activations(x, 8)
+    assert len(torch.unique(per_tensor[:, 5])) < len(torch.unique(per_channel[:, 5])) / 4
+
+
 def test_detection_finds_the_planted_channels():
     x, _ = _activations()
     assert outliers.outlier_channels(x) == [3, 40, 77]
@@ -65,7 +76,7 @@ def test_planted_outliers_leave_the_fp32_model_unchanged_and_break_per_tensor_w8
 def test_awq_search_is_never_worse_than_plain_group_int4():
     x, w = _activations(factor=30.0)
     result = outliers.awq_search(x, w, "int4_g32", grid=10)
-    plain = fake_quant.relative_rmse(x @ fake_quant.fake_quantize(w, "int4_g32").T, x @ w.T)
+    plain = fake_quant.relative_rmse(x @ quantization.fake_quantize(w, "int4_g32").T, x @ w.T)
     assert result["errors"][0.0] == pytest.approx(plain, rel=1e-5)
     assert result["errors"][result["alpha"]] == min(result["errors"].values())
     assert result["errors"][result["alpha"]] < plain

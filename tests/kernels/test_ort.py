@@ -1,13 +1,19 @@
 """kernels.ort: export, sessions, graph optimization, int8 quantization (checked against the FP32 oracle),
 and the TensorRT / CUDA provider choices (tested without a GPU)."""
 
+import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime
 import pytest
 import torch
 
+from hwopt import quantization
 from hwopt.kernels import ort as hort
 from hwopt.models import classifier
 
@@ -35,17 +41,12 @@ def test_export_writes_one_self_contained_file_with_dynamic_batch(exported):
 def test_export_defaults_to_a_temp_dir_outside_the_repo_removed_at_exit():
     path = hort.export_onnx(torch.nn.Linear(4, 2), torch.randn(1, 4), dynamic_batch=False)
     assert "hwopt-onnx-" in str(path) and path.name == "model.onnx"
-    assert Path(__file__).resolve().parents[1] not in path.parents
+    assert Path(__file__).resolve().parents[2] not in path.parents
     hort.remove_temp_dirs()  # what runs when Python exits
     assert not path.parent.exists()
 
 
 def test_folders_of_a_killed_process_are_removed_by_the_next_temp_dir(tmp_path, monkeypatch):
-    import os
-    import subprocess
-    import sys
-    import tempfile
-
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     stale = tmp_path / f"hwopt-onnx-pid{killed.pid}-abc"
@@ -59,8 +60,6 @@ def test_folders_of_a_killed_process_are_removed_by_the_next_temp_dir(tmp_path, 
 
 
 def test_optimized_graph_and_saturation_probe_leave_no_files(tmp_path, monkeypatch, exported):
-    import tempfile
-
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     hort.optimized_graph(exported[1], "all")
     hort.int8_saturation_probe(n_features=64, batch_size=2)
@@ -86,12 +85,10 @@ def test_session_from_bytes_with_an_explicit_thread_count(exported):
 
 
 def test_session_options_threads_and_levels():
-    import onnxruntime as ort
-
     options = hort.session_options(threads=2, opt_level="basic")
     assert options.intra_op_num_threads == 2
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
-    assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    assert options.graph_optimization_level == onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
 
 
 def test_dynamic_quantization_agrees_with_fp32(exported, tmp_path):
@@ -149,13 +146,11 @@ def test_providers_for_cuda_and_cpu():
 
 
 def test_tensorrt_needs_ort_providers_and_a_gpu_not_the_tensorrt_package(monkeypatch, exported):
-    import onnxruntime as ort
-
     gpu_build = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
     assert hort.tensorrt_available(gpu_build, gpu=True)
     assert not hort.tensorrt_available(gpu_build, gpu=False)
     # the tensorrt package without ORT's TensorRT provider (a CPU-only onnxruntime, as on Colab): not usable
-    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CPUExecutionProvider"])
     monkeypatch.setattr("importlib.util.find_spec", lambda name: object() if name == "tensorrt" else None)
     usable, why = hort.tensorrt_status(gpu=True)
     assert not usable and not hort.tensorrt_available(gpu=True)
@@ -170,11 +165,9 @@ def test_tensorrt_needs_ort_providers_and_a_gpu_not_the_tensorrt_package(monkeyp
 
 
 def test_tensorrt_session_asks_for_fp16(monkeypatch, exported, tmp_path):
-    import onnxruntime as ort
-
     seen = {}
     monkeypatch.setattr(
-        ort, "InferenceSession", lambda path, options, providers: seen.update(providers=providers)
+        onnxruntime, "InferenceSession", lambda path, options, providers: seen.update(providers=providers)
     )
     hort.tensorrt_fp16_session(exported[1], cache_dir=tmp_path, available=["TensorrtExecutionProvider"])
     name, options = seen["providers"][0]
@@ -255,7 +248,7 @@ def test_tensorrt_fp16_check_compares_with_the_oracle(monkeypatch, exported):
 
 
 def test_the_toolkit_uses_onnxruntimes_public_api_only():
-    root = Path(__file__).resolve().parents[1] / "hwopt"
+    root = Path(__file__).resolve().parents[2] / "hwopt"
     private = [p.relative_to(root).as_posix() for p in root.rglob("*.py") if "_pybind_state" in p.read_text()]
     assert not private, f"onnxruntime.capi._pybind_state is private (use onnxruntime.quantization): {private}"
 
@@ -282,3 +275,80 @@ def test_runs_on_labels_cpu_sessions_on_a_gpu_runtime_as_cpu():
     assert hort.runs_on(_SessionOn("CPUExecutionProvider")) == "cpu"  # Colab's GPU runtime: CPU-only ORT
     with pytest.raises(ValueError, match="session"):
         hort.runs_on(object())
+
+
+# ---- lesson 2's decode step: quantized graphs packed from hwopt.quantization ----------------------------
+
+
+def _layers(d=128, n=3, seed=1):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32) for _ in range(n)], \
+        rng.standard_normal(d).astype(np.float32)
+
+
+def _step(layers, x):
+    """The float64 oracle: h <- h + h @ W_i."""
+    h = x.astype(np.float64)
+    for w in layers:
+        h = h + h @ np.asarray(w, np.float64)
+    return h
+
+
+@pytest.mark.parametrize("precision, kwargs", [
+    ("int4_g32", {}), ("int8_g32", {}), ("int8_g128", {}), ("int4", {"block": 16}), ("int4", {"block": 128}),
+    ("int8", {"per_channel": True, "symmetric": False}),
+])
+def test_decode_step_computes_what_the_dequantized_weights_say(precision, kwargs):
+    """ORT reads the packed codes and scales as hwopt.quantization means them: with fp32 compute
+    (accuracy_level 0) the graph agrees with the float64 oracle on the dequantized weights to rounding."""
+    weights, x = _layers()
+    layers = [quantization.quantize(w, precision, axis=0, **kwargs) for w in weights]
+    session = hort.make_session(hort.decode_step_model(layers, accuracy_level=0), threads=1)
+    expected = _step([q.dequantize() for q in layers], x)
+    y = session.run(None, {"h0": x[None]})[0][0]
+    tolerance = 1e-6 if layers[0].symmetric else 0.02  # MatMulInteger rounds its input to uint8 too
+    assert np.linalg.norm(y - expected) / np.linalg.norm(expected) < tolerance
+    assert np.linalg.norm(y - _step(weights, x)) / np.linalg.norm(expected) < 0.2
+
+
+def test_nbits_weights_by_hand():
+    w = np.zeros((32, 2), np.float32)
+    w[:, 0] = np.arange(32) - 16.0  # codes round(w / (16 / 7)): -7 .. 6 along K, stored + 8
+    packed, scales = hort.matmul_nbits_weights(quantization.quantize(w, "int4_g32", axis=0))
+    assert packed.shape == (2, 1, 16) and scales.shape == (2, 1) and scales[0, 0] == np.float32(16 / 7)
+    codes = np.clip(np.rint(w[:, 0] / np.float32(16 / 7)), -7, 7).astype(int) + 8
+    assert packed[0, 0].tolist() == [lo | hi << 4 for lo, hi in zip(codes[0::2], codes[1::2], strict=True)]
+    assert np.all(packed[1] == 8 | 8 << 4) and scales[1, 0] == 1.0  # a zero channel: code 0, scale 1
+    packed8, _ = hort.matmul_nbits_weights(quantization.quantize(w, "int8_g32", axis=0))
+    assert packed8.shape == (2, 1, 32) and packed8[0, 0, 0] == 128 - 127
+    assert packed8[1].tolist() == [[128] * 32]
+    b, scale, zero_point = hort.matmul_integer_weights(
+        quantization.quantize(w, "int8", per_channel=True, symmetric=False, axis=0))
+    assert b.shape == (32, 2) and b.dtype == zero_point.dtype == np.uint8 and scale.shape == (2,)
+    assert b[0, 0] == 0 and b[-1, 0] == 255 and zero_point[0] == 132  # round(16 / (31 / 255))
+
+
+def test_decode_step_graph_is_valid_and_refuses_other_layouts():
+    weights, _ = _layers(64, 2)
+    model = onnx.load_from_string(hort.decode_step_model([quantization.quantize(w, "int4_g32", axis=0)
+                                                          for w in weights]))
+    onnx.checker.check_model(model)
+    assert [n.op_type for n in model.graph.node] == ["MatMulNBits", "Add"] * 2
+    w = weights[0]
+    with pytest.raises(ValueError, match="q must hold"):  # blocks along the other axis
+        hort.matmul_nbits_weights(quantization.quantize(w, "int4_g32"))
+    with pytest.raises(ValueError, match="q must hold"):  # no such MatMulNBits block
+        hort.matmul_nbits_weights(quantization.quantize(w, "int4", block=8, axis=0))
+    with pytest.raises(ValueError, match="q must hold"):  # asymmetric codes where symmetric ones are packed
+        hort.matmul_nbits_weights(quantization.quantize(w, "int4", block=32, axis=0, symmetric=False))
+    with pytest.raises(ValueError, match="q must hold"):
+        hort.matmul_integer_weights(quantization.quantize(w, "int8", per_channel=True, axis=0))
+    with pytest.raises(ValueError, match=r"layers\[0\]"):
+        hort.decode_step_model([quantization.quantize(w, "mxfp4", axis=0)])
+    with pytest.raises(ValueError, match=r"layers\[1\]"):
+        hort.decode_step_model([quantization.quantize(w, "int4_g32", axis=0),
+                                quantization.quantize(w[:32, :32], "int4_g32", axis=0)])
+    with pytest.raises(ValueError, match="layers"):
+        hort.decode_step_model([])
+    with pytest.raises(ValueError, match="accuracy_level"):
+        hort.decode_step_model([quantization.quantize(w, "int4_g32", axis=0)], accuracy_level=5)

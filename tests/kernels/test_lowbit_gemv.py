@@ -1,13 +1,15 @@
 """kernels.lowbit_gemv: weight layouts by hand; every instruction path of the C kernel this CPU runs
 (AVX-512 VNNI, AVX-VNNI, AVX2, portable C) vs its numpy model; which path a CPU builds."""
 
+import os
 import platform
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import torch
 
-from hwopt import formats
+from hwopt import formats, quantization
 from hwopt.experiments import decode
 from hwopt.kernels import lowbit_gemv
 from hwopt.machine import bench
@@ -30,50 +32,47 @@ def stack():
 def test_int8_rows_by_hand():
     w = np.zeros((64, 64), np.float32)
     w[:, 0] = np.linspace(-1, 1, 64)  # output channel 0: its largest |w| is 1 -> scale 1/127
-    q, scale = lowbit_gemv.quantize_int8_rows(w)
+    q, scale = lowbit_gemv.pack_int8(lowbit_gemv.quantize_weight(w, "int8"))
     # groups of 4 rows, 32 bytes of each in turn: [group, 32-byte piece, row in group, byte]
     assert q.shape == (16, 2, 4, 32) and q.dtype == np.int8 and q.flags.c_contiguous
+    assert scale.shape == (64,) and scale.dtype == np.float32
     assert scale[0] == pytest.approx(1 / 127) and q[0, 0, 0, 0] == -127 and q[0, 1, 0, 31] == 127
     assert np.all(scale[1:] == 1.0) and not q[:, :, 1:].any() and not q[1:].any()  # zero channels: scale 1
-    assert np.abs(lowbit_gemv.dequantize_int8_rows(q, scale) - w).max() <= scale[0] / 2 + 1e-7
 
 
 def test_int4_layout_by_hand():
     w = np.zeros((64, 64), np.float32)
-    w[:32, 5] = 7.0   # output channel 5, block 0: every weight at the top level -> scale 1, nibble 15
-    w[32:, 5] = -2.0  # block 1: scale 2/7, -2 -> level -7 -> nibble 1
-    packed, scale = lowbit_gemv.quantize_int4_rows(w)
+    w[:32, 5] = 7.0   # output channel 5, block 0: every weight at the top code -> scale 1, nibble 15
+    w[32:, 5] = -2.0  # block 1: scale 2/7, -2 -> code -7 -> nibble 1
+    packed, scale = lowbit_gemv.pack_int4(lowbit_gemv.quantize_weight(w, "int4"))
     assert packed.shape == (16, 1, 4, 32) and scale.shape == (16, 2, 4)  # channel 5 = group 1, row 1
     assert scale[1, 0, 1] == pytest.approx(1.0) and scale[1, 1, 1] == pytest.approx(2 / 7)
     assert np.all(packed[1, 0, 1] == 15 | (1 << 4))  # byte j: weight j low nibble, weight j + 32 high nibble
     others = np.ones(packed.shape, bool)
     others[1, 0, 1] = False
     assert np.all(packed[others] == 8 | (8 << 4))  # zero weights are stored as 8
-    np.testing.assert_allclose(lowbit_gemv.dequantize_int4_rows(packed, scale), w, atol=1e-6)
 
 
-def test_round_trips_stay_within_half_a_step(stack):
+def test_the_kernel_stores_hwopt_quantizations_codes(stack):
     w = stack.layers[0]
-    q, scale = lowbit_gemv.quantize_int8_rows(w)
-    assert np.all(np.abs(lowbit_gemv.dequantize_int8_rows(q, scale) - w) <= scale[None, :] / 2 + 1e-7)
-    packed, scale4 = lowbit_gemv.quantize_int4_rows(w)
-    step = np.repeat(scale4.transpose(0, 2, 1).reshape(w.shape[1], -1), 32, axis=1).T
-    assert np.all(np.abs(lowbit_gemv.dequantize_int4_rows(packed, scale4) - w) <= step / 2 + 1e-6)
+    q8, q4 = lowbit_gemv.quantize_weight(w, "int8"), lowbit_gemv.quantize_weight(w, "int4")
+    assert q8.precision.name == "int8" and q4.precision.name == "int4_g32" and q4.axis == q8.axis == 0
+    np.testing.assert_array_equal(q4.dequantize(), quantization.fake_quantize(w, "int4_g32", axis=0))
+    codes, _ = lowbit_gemv.pack_int8(q8)
+    assert np.array_equal(codes.transpose(0, 2, 1, 3).reshape(320, 320), q8.codes.T)  # rows of w.T
+    packed, _ = lowbit_gemv.pack_int4(q4)
+    rows = packed.transpose(0, 2, 1, 3).reshape(320, -1, 32)  # (row, piece of 64 weights, byte)
+    unpacked = np.concatenate([rows & 15, rows >> 4], axis=2).reshape(320, 320).astype(np.int8) - 8
+    assert np.array_equal(unpacked, q4.codes.T)
 
 
 def test_weight_formats_count_the_bytes_the_kernel_stores(stack):
     w = stack.layers[0]
     assert lowbit_gemv.WEIGHT_FORMATS["int4"] == "int4_g32" and lowbit_gemv.INT4_BLOCK == 32  # as in the C
-    stored = {"int8": sum(a.nbytes for a in lowbit_gemv.quantize_int8_rows(w)),
-              "int4": sum(a.nbytes for a in lowbit_gemv.quantize_int4_rows(w))}
+    stored = {"int8": sum(a.nbytes for a in lowbit_gemv.pack_int8(lowbit_gemv.quantize_weight(w, "int8"))),
+              "int4": sum(a.nbytes for a in lowbit_gemv.pack_int4(lowbit_gemv.quantize_weight(w, "int4")))}
     assert stored["int4"] == w.size * formats.bytes_per_weight("int4_g32")  # 4 bits + an fp32 scale per 32
     assert stored["int8"] == w.size * formats.bytes_per_weight("int8") + 4 * w.shape[1]  # + a scale per row
-
-
-def test_quantize_input():
-    xq, scale = lowbit_gemv.quantize_input([0.5, -1.0, 0.25])
-    assert scale == pytest.approx(1 / 127) and list(xq) == [64, -127, 32]
-    assert lowbit_gemv.quantize_input(np.zeros(4))[1] == 1.0
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8", "int4"])
@@ -265,8 +264,6 @@ def test_gemv_f32_rejects_mismatched_shapes():
 def test_the_worker_pool_serves_changing_thread_counts_and_concurrent_callers(stack):
     """One pool for every call: thread counts that grow and shrink, and Python threads calling at once (the
     call releases the GIL), all get the single-threaded answer."""
-    from concurrent.futures import ThreadPoolExecutor
-
     expected = {p: lowbit_gemv.step_fn(stack, p, threads=1)() for p in ("fp32", "int4")}
     # one step function per task: a step writes into its own output buffers, so it is not shared between
     # threads; the kernel's worker pool is
@@ -279,10 +276,8 @@ def test_the_worker_pool_serves_changing_thread_counts_and_concurrent_callers(st
 
 
 @needs_kernel
-@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_still_runs_the_step(stack):
-    import os
-
     step = lowbit_gemv.step_fn(stack, "int8", threads=2)
     expected = step()  # the parent's pool is running now
     pid = os.fork()
@@ -324,9 +319,15 @@ def test_bad_input_names_the_problem(stack):
     with pytest.raises(ValueError, match="threads"):
         lowbit_gemv.step_fn(stack, "int8", threads=0)
     with pytest.raises(ValueError, match="multiple of 64"):
-        lowbit_gemv.quantize_int8_rows(np.zeros((96, 96), np.float32))
+        lowbit_gemv.quantize_weight(np.zeros((96, 96), np.float32), "int8")
     with pytest.raises(ValueError, match="square"):
-        lowbit_gemv.quantize_int4_rows(np.zeros((64, 128), np.float32))
+        lowbit_gemv.quantize_weight(np.zeros((64, 128), np.float32), "int4")
+    with pytest.raises(ValueError, match="precision"):
+        lowbit_gemv.quantize_weight(np.zeros((64, 64), np.float32), "fp32")
+    with pytest.raises(ValueError, match="q must be"):  # int4 codes where int8 rows are packed
+        lowbit_gemv.pack_int8(lowbit_gemv.quantize_weight(np.zeros((64, 64), np.float32), "int4"))
+    with pytest.raises(ValueError, match="q must be"):  # blocks along the other axis
+        lowbit_gemv.pack_int4(quantization.quantize(np.zeros((64, 64), np.float32), "int4_g32"))
 
 
 def test_missing_compiler_and_failed_build_say_why(monkeypatch, tmp_path):

@@ -25,6 +25,7 @@ def test_fit_recovers_a_known_line():
         lo.fit_overhead([4, 4], [1e-6, 2e-6])
 
 
+@pytest.mark.timing
 def test_measured_overhead_is_positive_and_small_ops_cost_about_the_same():
     measured = lo.time_per_call([1, 16, 65536], repeats=3)
     fit = lo.fit_measurements(measured)

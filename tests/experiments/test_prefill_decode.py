@@ -39,6 +39,7 @@ def test_kv_bytes_agree_with_the_real_cache_tensors(model):
         pd.kv_cache_nbytes([torch.zeros(2)])
 
 
+@pytest.mark.timing
 def test_prefill_is_cheaper_per_token_than_a_decode_step(model):
     """The intensity argument, measured: a pass over 128 tokens costs less per token than a one-token step."""
     times = pd.measure_phases(model, prompt_lens=(4, 128), repeats=3)
@@ -53,6 +54,7 @@ def test_this_decoder_copies_its_cache_every_step(model):
     assert pd.kv_passes_per_step(model) == 3  # torch.cat: a new tensor each step
 
 
+@pytest.mark.timing
 def test_decode_slows_down_when_the_kv_cache_dwarfs_the_weights():
     """A check that fails if the KV cache were not read: at 50x the weights it must show in the time."""
     small = td.make_tiny_decoder(vocab_size=64, d_model=64, n_layers=2, n_heads=4)

@@ -36,7 +36,21 @@ from hypothesis import strategies as st
 
 import hwopt
 from hwopt import formats, plots, recordings, widgets
-from hwopt.cost import batching, costs, footprint, paging, phases, roofline, serving
+from hwopt.cost import (
+    batching,
+    communication,
+    costs,
+    disaggregation,
+    energy,
+    footprint,
+    moe,
+    paging,
+    phases,
+    roofline,
+    serving,
+    tensor_parallel,
+)
+from hwopt.cost import pipeline as pipeline_cost
 from hwopt.cost import speculative as speculative_cost
 from hwopt.experiments import (
     attention,
@@ -375,6 +389,15 @@ def shape() -> footprint.ModelShape:
 
 
 @functools.cache
+def moe_shape() -> footprint.ModelShape:
+    """A tiny mixture of experts with latent attention, a dense first layer and a sliding window."""
+    return footprint.ModelShape("tiny moe", 4, 64, 4, 4, 128, 100, head_dim=16, n_experts=8,
+                                experts_per_token=2, n_shared_experts=1, d_ff_expert=32, n_dense_layers=1,
+                                kv_lora_rank=16, q_lora_rank=8, rope_head_dim=4, sliding_window=8,
+                                n_sliding_layers=2)
+
+
+@functools.cache
 def chips():
     return specs.load_chips()
 
@@ -653,7 +676,11 @@ VALID: dict[str, Callable[[], Call]] = {
     }),
     **within("cost.footprint", {
         "ModelShape": lambda: call(footprint.ModelShape, "tiny", 2, 64, 4, 2, 128, 100, True, False,
-                                   256, "https://example.org", text="name source_url"),
+                                   256, "https://example.org", 16, 4, 2, 1, 32, 1, 8, 4, 2, 16, 1, 1.5, 0.5,
+                                   "https://example.org/card", text="name source_url params_source_url",
+                                   zero="head_dim n_shared_experts n_dense_layers kv_lora_rank q_lora_rank "
+                                        "rope_head_dim"),
+        "ModelShape.mlp_params": lambda: call(shape().mlp_params, 32),
         "load_shapes": lambda: call(footprint.load_shapes, footprint.SHAPES_CSV),
         "get_shape": lambda: call(footprint.get_shape, "Llama-3-8B", footprint.SHAPES_CSV),
         "activation_precision": lambda: call(footprint.activation_precision, "int4"),
@@ -678,6 +705,7 @@ VALID: dict[str, Callable[[], Call]] = {
     }),
     **within("cost.phases", {
         "matmul_params": lambda: call(phases.matmul_params, shape()),
+        "active_matmul_params": lambda: call(phases.active_matmul_params, moe_shape()),
         "kv_bytes_per_token": lambda: call(phases.kv_bytes_per_token, shape(), "int8"),
         "PhaseCost": lambda: call(phases.PhaseCost, "decode", 1e9, 1e9, 1, 0.5, zero="kv_bytes"),
         "PhaseCost.time_s": lambda: call(phases.PhaseCost("decode", 1e9, 1e9, 1, 0.5).time_s, 1e12, 10.0),
@@ -689,6 +717,60 @@ VALID: dict[str, Callable[[], Call]] = {
         "kv_crossover_context": lambda: call(phases.kv_crossover_context, shape(), 2, "fp16", "int8"),
         "kv_report": lambda: call(phases.kv_report, shape(), "fp16", (1, 16)),
         "phase_table": lambda: call(phases.phase_table, [shape()], 16, 32, 2, "fp16", 1e12, 20.0),
+    }),
+    **within("cost.moe", {
+        "expected_distinct_experts": lambda: call(moe.expected_distinct_experts, 32, 2, 8),
+        "simulate_distinct_experts": lambda: call(moe.simulate_distinct_experts, 8, 2, 4, trials=20,
+                                                  popularity=[1.0] * 8, seed=1, zero="seed", huge="seed"),
+        "weight_bytes_read": lambda: call(moe.weight_bytes_read, moe_shape(), 4, "int8"),
+        "expert_parallel_bytes": lambda: call(moe.expert_parallel_bytes, moe_shape(), 4, 2, "bf16"),
+    }),
+    **within("cost.communication", {
+        "AlphaBeta": lambda: call(communication.AlphaBeta, 1e-5, 10.0, zero="latency_s"),
+        "AlphaBeta.time_s": lambda: call(communication.AlphaBeta(1e-5, 10.0).time_s, 1e6, zero="n_bytes"),
+        "fit_alpha_beta": lambda: call(communication.fit_alpha_beta, [1e3, 1e5, 1e6], [1e-4, 2e-4, 1e-3],
+                                       zero="sizes_bytes"),
+        "allreduce_time_s": lambda: call(communication.allreduce_time_s, 1e6, 4, 100.0, 1e-6,
+                                         zero="n_bytes latency_s"),
+        "all_to_all_time_s": lambda: call(communication.all_to_all_time_s, 1e6, 4, 100.0, 1e-6,
+                                          zero="n_bytes latency_s"),
+    }),
+    **within("cost.tensor_parallel", {
+        "degrees": lambda: call(tensor_parallel.degrees, shape(), 8),
+        "memory_per_chip_bytes": lambda: call(tensor_parallel.memory_per_chip_bytes, shape(), 2, 128, 2,
+                                              "bf16", "int8"),
+        "smallest_tp": lambda: call(tensor_parallel.smallest_tp, shape(), specs.get_chip("h100 sxm"), 128, 2,
+                                    "bf16", "int8", reserve_fraction=0.1, max_tp=4, zero="reserve_fraction"),
+        "decode_bound": lambda: call(tensor_parallel.decode_bound, shape(), specs.get_chip("h100 sxm"), 2,
+                                     128, 2, "bf16", "int8", act_precision="fp16", latency_s=1e-6,
+                                     link_gbs=50.0, zero="latency_s"),
+        "plot_tp_scaling": lambda: call(tensor_parallel.plot_tp_scaling, shape(), specs.get_chip("h100 sxm"),
+                                        128, 2, "bf16", 1.0, 4, zero="latency_us"),
+        "tp_explorer": lambda: call(tensor_parallel.tp_explorer, [shape()], [specs.get_chip("h100 sxm")],
+                                    opaque="shapes chips"),
+    }),
+    **within("cost.pipeline", {
+        "bubble_fraction": lambda: call(pipeline_cost.bubble_fraction, 4, 8),
+        "pipeline_time_s": lambda: call(pipeline_cost.pipeline_time_s, 1e-3, 4, 8),
+        "measured_bubble": lambda: call(pipeline_cost.measured_bubble, [0.4, 0.3], 0.5, zero="busy_s"),
+    }),
+    **within("cost.disaggregation", {
+        "kv_transfer_s": lambda: call(disaggregation.kv_transfer_s, shape(), 128, 50.0, "fp8_e4m3", 1e-5,
+                                      zero="latency_s"),
+        "prefill_s": lambda: call(disaggregation.prefill_s, shape(), 128, specs.get_chip("h100 sxm"), "bf16",
+                                  "fp8_e4m3"),
+        "breakeven_link_gbs": lambda: call(disaggregation.breakeven_link_gbs, shape(),
+                                           specs.get_chip("h100 sxm"), "bf16", "fp8_e4m3"),
+        "compare": lambda: call(disaggregation.compare, shape(), specs.get_chip("h100 sxm"), [16, 128], 50.0,
+                                "bf16", "fp8_e4m3", 1e-5, zero="latency_s"),
+        "plot_handoff": lambda: call(disaggregation.plot_handoff, {"link": disaggregation.compare(
+            shape(), specs.get_chip("h100 sxm"), [16, 128], 50.0)}, "t", text="title", opaque="rows_by_link"),
+    }),
+    **within("cost.energy", {
+        "joules_per_token": lambda: call(energy.joules_per_token, 700.0, 1000.0),
+        "usd_per_million_tokens": lambda: call(energy.usd_per_million_tokens, 2.0, 1000.0, 8),
+        "electricity_usd_per_million_tokens": lambda: call(energy.electricity_usd_per_million_tokens, 0.5,
+                                                           0.2),
     }),
     **within("cost.paging", {
         "request_lengths": lambda: call(paging.request_lengths, 20, 10.0, 16, 0, zero="seed"),
@@ -1305,6 +1387,8 @@ EXCLUDED: dict[str, str] = {
     "cost.serving.GenerationStats": "a result of serving.simulate_generation",
     "cost.serving.PhaseLatencyStats": "a result of serving.simulate_chunked_prefill",
     "cost.paging.Allocation": "a result of paging.allocate",
+    "cost.tensor_parallel.DecodeBound": "a result of tensor_parallel.decode_bound",
+    "cost.disaggregation.Handoff": "a result of disaggregation.compare",
     "experiments.prefill_decode.PhaseTimes": "a result of prefill_decode.measure_phases",
     "experiments.prefill_decode.ContextSweep": "a result of prefill_decode.decode_vs_context",
     "machine.specs.Chip": "a row of hwopt/data/chips.csv, checked by specs.load_chips",

@@ -69,7 +69,7 @@ from hwopt.experiments import (
     speculative,
     tiny_decoder,
 )
-from hwopt.machine import bench, card, hardware, probe, specs
+from hwopt.machine import bench, card, hardware, power, probe, specs
 
 CALL_LIMIT_S = 2.0  # a bad value must be refused within this time
 VALID_LIMIT_S = 20.0  # the valid call of each function
@@ -772,6 +772,16 @@ VALID: dict[str, Callable[[], Call]] = {
         "electricity_usd_per_million_tokens": lambda: call(energy.electricity_usd_per_million_tokens, 0.5,
                                                            0.2),
     }),
+    **within("machine.power", {
+        "Meter": lambda: call(power.Meter, "counter", lambda: 1.0, 100.0, text="name"),
+        "Meter.joules_between": lambda: call(power.Meter("counter", lambda: 1.0, 100.0).joules_between, 1.0,
+                                             2.0, zero="start_j end_j"),
+        "rapl_meters": lambda: call(power.rapl_meters, str(TMP), text="root"),
+        "nvml_meters": lambda: call(power.nvml_meters, "libno-such-nvml.so", text="library"),
+        "meters": lambda: call(power.meters),
+        "absent_reason": lambda: call(power.absent_reason),
+        "measure": lambda: call(power.measure, noop, [power.Meter("counter", lambda: 1.0)]),
+    }),
     **within("cost.paging", {
         "request_lengths": lambda: call(paging.request_lengths, 20, 10.0, 16, 0, zero="seed"),
         "held_tokens": lambda: call(paging.held_tokens, [5, 17, 3], "paged", 32, 8),
@@ -1389,6 +1399,7 @@ EXCLUDED: dict[str, str] = {
     "cost.paging.Allocation": "a result of paging.allocate",
     "cost.tensor_parallel.DecodeBound": "a result of tensor_parallel.decode_bound",
     "cost.disaggregation.Handoff": "a result of disaggregation.compare",
+    "machine.power.EnergyReading": "a result of power.measure",
     "experiments.prefill_decode.PhaseTimes": "a result of prefill_decode.measure_phases",
     "experiments.prefill_decode.ContextSweep": "a result of prefill_decode.decode_vs_context",
     "machine.specs.Chip": "a row of hwopt/data/chips.csv, checked by specs.load_chips",

@@ -56,12 +56,15 @@ from hwopt.experiments import (
     attention,
     classifier,
     decode,
+    distributed,
     fake_quant,
     fusion,
     launch_overhead,
     lowbit_gemv,
+    moe_layer,
     ort,
     outliers,
+    pipeline_parallel,
     precision,
     prefill_decode,
     profiling,
@@ -69,6 +72,7 @@ from hwopt.experiments import (
     speculative,
     tiny_decoder,
 )
+from hwopt.experiments import tensor_parallel as tensor_parallel_run
 from hwopt.machine import bench, card, hardware, power, probe, specs
 
 CALL_LIMIT_S = 2.0  # a bad value must be refused within this time
@@ -354,6 +358,11 @@ def noop_kwargs(**kwargs):
     return None
 
 
+def noop_sum(tensor):
+    """An all-reduce over a group of one: the tensor is already the sum."""
+    return None
+
+
 def threads_block(n):
     with bench.threads(n):
         pass
@@ -395,6 +404,47 @@ def moe_shape() -> footprint.ModelShape:
                                 experts_per_token=2, n_shared_experts=1, d_ff_expert=32, n_dense_layers=1,
                                 kv_lora_rank=16, q_lora_rank=8, rope_head_dim=4, sliding_window=8,
                                 n_sliding_layers=2)
+
+
+@functools.cache
+def block_weights():
+    return tensor_parallel_run.make_block(32, 4, 64, seed=0)
+
+
+def fake_times(label: str, *seconds) -> bench.Measurement:
+    return bench.Measurement(label, tuple(seconds) or (1e-3, 1.1e-3, 0.9e-3))
+
+
+@functools.cache
+def allreduce_sweep():
+    sizes = (1024, 65536, 1 << 20)
+    return tensor_parallel_run.AllReduceSweep(
+        sizes, tuple(fake_times(f"{n}", 1e-4 + n / 1e9, 1.1e-4 + n / 1e9, 0.9e-4 + n / 1e9) for n in sizes),
+        2, "gloo")
+
+
+@functools.cache
+def block_times():
+    per_batch = {b: {v: fake_times(f"{v} {b}", *(t * b for t in (1e-3, 1.1e-3, 0.9e-3)))
+                     for v in tensor_parallel_run.VARIANTS} for b in (1, 8)}
+    return tensor_parallel_run.BlockTimes(2, "gloo", 32, 4, 64, 1e-6, 3.0, per_batch)
+
+
+@functools.cache
+def pipeline_run():
+    busy = {1: [[0.01, 0.01, 0.01], [0.01, 0.01, 0.01]], 4: [[0.012, 0.012, 0.012], [0.012, 0.012, 0.012]]}
+    spans = {1: fake_times("m 1", 0.021, 0.02, 0.022), 4: fake_times("m 4", 0.016, 0.015, 0.017)}
+    return pipeline_parallel.PipelineRun(2, 4, 64, 32, "gloo", busy, spans)
+
+
+@functools.cache
+def moe_small():
+    return moe_layer.make_moe(32, 16, 8, 2, seed=0)
+
+
+@functools.cache
+def moe_sweep():
+    return moe_layer.measure_moe(moe_small(), (1, 4), repeats=3, trials=10)
 
 
 @functools.cache
@@ -1215,6 +1265,66 @@ VALID: dict[str, Callable[[], Call]] = {
         "intensity_table": lambda: call(roofline_points.intensity_table,
                                         [roofline_points.triad_point(20.0)], 1e12, 20.0),
     }),
+    **within("experiments.distributed", {
+        "backend_for": lambda: call(distributed.backend_for, "cpu", 2),
+        "free_port": lambda: call(distributed.free_port),
+        "loopback_interface": lambda: call(distributed.loopback_interface),
+        "run": lambda: call(distributed.run, distributed.describe, 2, device="cpu", timeout_s=30.0, threads=1,
+                            bounded="timeout_s", run_valid=False),  # starts processes: tests/experiments
+        "describe": lambda: call(distributed.describe, distributed.Group(0, 1, "gloo", "cpu", 1), 0.0,
+                                 zero="sleep_s", bounded="sleep_s"),
+    }),
+    **within("experiments.tensor_parallel", {
+        "make_block": lambda: call(tensor_parallel_run.make_block, 32, 4, 64, 0, "cpu", zero="seed",
+                                   huge="seed"),
+        "shard": lambda: call(tensor_parallel_run.shard, block_weights(), 1, 2, zero="rank"),
+        "block": lambda: call(tensor_parallel_run.block, torch.randn(2, 3, 32), block_weights(), noop_sum,
+                              signed="x"),
+        "measure_allreduce": lambda: call(tensor_parallel_run.measure_allreduce, 2, (1024, 4096), repeats=3,
+                                          device="cpu", timeout_s=30.0, bounded="timeout_s", run_valid=False),
+        "check_split": lambda: call(tensor_parallel_run.check_split, 2, d_model=32, n_heads=4, d_ff=64,
+                                    batch=1, seq_len=2, seed=0, device="cpu", timeout_s=30.0, zero="seed",
+                                    huge="seed", bounded="timeout_s", run_valid=False),
+        "measure_block": lambda: call(tensor_parallel_run.measure_block, 2, (1, 2), d_model=32, n_heads=4,
+                                      d_ff=64, repeats=3, seed=0, device="cpu", timeout_s=30.0, zero="seed",
+                                      huge="seed", bounded="timeout_s", run_valid=False),
+        "AllReduceSweep.table": lambda: call(allreduce_sweep().table),
+        "AllReduceSweep.plot": lambda: call(allreduce_sweep().plot),
+        "BlockTimes.message_bytes": lambda: call(block_times().message_bytes, 8),
+        "BlockTimes.median_s": lambda: call(block_times().median_s, 8, "split"),
+        "BlockTimes.predicted_s": lambda: call(block_times().predicted_s, 8,
+                                               communication.AlphaBeta(1e-4, 1.0)),
+        "BlockTimes.ratio": lambda: call(block_times().ratio, 1, communication.AlphaBeta(1e-4, 1.0)),
+        "BlockTimes.report": lambda: call(block_times().report, communication.AlphaBeta(1e-4, 1.0)),
+        "BlockTimes.plot": lambda: call(block_times().plot, communication.AlphaBeta(1e-4, 1.0)),
+    }),
+    **within("experiments.pipeline_parallel", {
+        "make_stack": lambda: call(pipeline_parallel.make_stack, 2, 16, 0, "cpu", zero="seed", huge="seed"),
+        "run_stack": lambda: call(pipeline_parallel.run_stack, pipeline_parallel.make_stack(2, 16),
+                                  torch.randn(3, 16), signed="x", opaque="layers"),
+        "measure_pipeline": lambda: call(pipeline_parallel.measure_pipeline, 2, (1, 2), n_layers=2,
+                                         width=16, batch=4, repeats=3, seed=0, device="cpu", timeout_s=30.0,
+                                         zero="seed", huge="seed", bounded="timeout_s", run_valid=False),
+        "PipelineRun.measured_bubble": lambda: call(pipeline_run().measured_bubble, 4),
+        "PipelineRun.predicted_bubble": lambda: call(pipeline_run().predicted_bubble, 4),
+        "PipelineRun.report": lambda: call(pipeline_run().report),
+        "PipelineRun.plot": lambda: call(pipeline_run().plot),
+    }),
+    **within("experiments.moe_layer", {
+        "make_moe": lambda: call(moe_layer.make_moe, 32, 16, 8, 2, 0, zero="seed", huge="seed"),
+        "route": lambda: call(moe_layer.route, moe_small(), torch.randn(3, 32), signed="x"),
+        "forward": lambda: call(moe_layer.forward, moe_small(), torch.randn(3, 32), signed="x"),
+        "count_distinct": lambda: call(moe_layer.count_distinct, moe_small(), 4, 10, 0, zero="seed",
+                                       huge="seed"),
+        "measure_moe": lambda: call(moe_layer.measure_moe, moe_small(), (1, 2), repeats=3, trials=5, seed=0,
+                                    device="cpu", zero="seed", huge="seed"),
+        "MoELayer.step_bytes": lambda: call(moe_small().step_bytes, 2, zero="distinct_experts"),
+        "MoESweep.expected": lambda: call(moe_sweep().expected, 4),
+        "MoESweep.step_bytes": lambda: call(moe_sweep().step_bytes, 4),
+        "MoESweep.slowdown": lambda: call(moe_sweep().slowdown, 4),
+        "MoESweep.report": lambda: call(moe_sweep().report),
+        "MoESweep.plot": lambda: call(moe_sweep().plot),
+    }),
     **within("experiments.prefill_decode", {
         "shape_of": lambda: call(prefill_decode.shape_of, decoder()),
         "model_format": lambda: call(prefill_decode.model_format, decoder()),
@@ -1400,6 +1510,15 @@ EXCLUDED: dict[str, str] = {
     "cost.tensor_parallel.DecodeBound": "a result of tensor_parallel.decode_bound",
     "cost.disaggregation.Handoff": "a result of disaggregation.compare",
     "machine.power.EnergyReading": "a result of power.measure",
+    "experiments.distributed.Group": "what distributed.run hands each task, built inside the worker",
+    "experiments.distributed.Group.barrier": "runs inside a worker of distributed.run, on its process group",
+    "experiments.distributed.Group.sync": "runs inside a worker of distributed.run, on its device",
+    "experiments.tensor_parallel.BlockWeights": "a result of tensor_parallel.make_block and shard",
+    "experiments.tensor_parallel.AllReduceSweep": "a result of tensor_parallel.measure_allreduce",
+    "experiments.tensor_parallel.BlockTimes": "a result of tensor_parallel.measure_block",
+    "experiments.pipeline_parallel.PipelineRun": "a result of pipeline_parallel.measure_pipeline",
+    "experiments.moe_layer.MoELayer": "a result of moe_layer.make_moe",
+    "experiments.moe_layer.MoESweep": "a result of moe_layer.measure_moe",
     "experiments.prefill_decode.PhaseTimes": "a result of prefill_decode.measure_phases",
     "experiments.prefill_decode.ContextSweep": "a result of prefill_decode.decode_vs_context",
     "machine.specs.Chip": "a row of hwopt/data/chips.csv, checked by specs.load_chips",

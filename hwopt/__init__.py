@@ -4,16 +4,23 @@
   plotting style and the sliders; every layer below uses them.
 - data/: the course's data, every row with its source (chips.csv, model_shapes.csv), shipped in the package.
 - machine/ (measuring the machine): hardware (what is this machine), specs (the chip table, data/chips.csv),
-  bench (timing), probe (live ceilings: GB/s, FLOP/s), card (the machine card).
+  bench (timing), probe (live ceilings: GB/s, FLOP/s), card (the machine card), power (energy counters: RAPL,
+  NVML).
 - cost/ (models of cost): roofline, costs (time and dollars per chip), batching, serving (queueing, chunked
   prefill), footprint (memory capacity: weights + KV cache + activations), phases (prefill and decode: FLOPs,
   bytes, intensity), paging (contiguous vs paged KV-cache allocation), speculative (tokens per target step and
-  the speedup of speculative decoding).
+  the speedup of speculative decoding), moe (experts read per step, expert parallelism's bytes),
+  communication (the alpha-beta model and its fit, all-reduce, all-to-all), tensor_parallel (the TP degree
+  that fits, the decode bound with all-reduces), pipeline (the bubble), disaggregation (sending a KV cache vs
+  prefilling again), energy (J/token, $ per 1M tokens).
 - experiments/ (what the lessons run): roofline_points, decode, lowbit_gemv, tiny_decoder, precision,
   classifier, fusion, ort, profiling, prefill_decode (TTFT, decode vs context, KV precision on the tiny
   decoder), fake_quant (any format of formats, fp8/mxfp4/nvfp4 emulated), outliers (outlier channels,
   SmoothQuant, AWQ), speculative (draft and target decoders, speculative greedy decoding), attention (naive vs
-  fused vs tiled attention, the N x N score matrix), launch_overhead (per-op overhead, CUDA graphs).
+  fused vs tiled attention, the N x N score matrix), launch_overhead (per-op overhead, CUDA graphs),
+  distributed (process groups of workers, always stopped), tensor_parallel (a Megatron-split block measured),
+  pipeline_parallel (stages in processes, the bubble measured), moe_layer (a routed MoE layer measured),
+  parallel_summary (lesson 12's summary).
 - course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox), colab, quiz (the
   practice quiz's question bank and each student's draw from it), notebook_outputs (notebooks are committed
   without outputs), record (lessons run headless on a device, saved in data/recordings/), site (the course as

@@ -64,6 +64,7 @@ from hwopt.experiments import (
     moe_layer,
     ort,
     outliers,
+    parallel_summary,
     pipeline_parallel,
     precision,
     prefill_decode,
@@ -787,6 +788,8 @@ VALID: dict[str, Callable[[], Call]] = {
     }),
     **within("cost.tensor_parallel", {
         "degrees": lambda: call(tensor_parallel.degrees, shape(), 8),
+        "sizing_table": lambda: call(tensor_parallel.sizing_table, [shape()], specs.get_chip("h100 sxm"), 128,
+                                     2, ("bf16", "int8")),
         "memory_per_chip_bytes": lambda: call(tensor_parallel.memory_per_chip_bytes, shape(), 2, 128, 2,
                                               "bf16", "int8"),
         "smallest_tp": lambda: call(tensor_parallel.smallest_tp, shape(), specs.get_chip("h100 sxm"), 128, 2,
@@ -821,6 +824,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "usd_per_million_tokens": lambda: call(energy.usd_per_million_tokens, 2.0, 1000.0, 8),
         "electricity_usd_per_million_tokens": lambda: call(energy.electricity_usd_per_million_tokens, 0.5,
                                                            0.2),
+        "token_costs": lambda: call(energy.token_costs, 1000.0, 4, 700.0, 2.0, "a price", text="price_note"),
     }),
     **within("machine.power", {
         "Meter": lambda: call(power.Meter, "counter", lambda: 1.0, 100.0, text="name"),
@@ -1297,6 +1301,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "BlockTimes.ratio": lambda: call(block_times().ratio, 1, communication.AlphaBeta(1e-4, 1.0)),
         "BlockTimes.report": lambda: call(block_times().report, communication.AlphaBeta(1e-4, 1.0)),
         "BlockTimes.plot": lambda: call(block_times().plot, communication.AlphaBeta(1e-4, 1.0)),
+        "BlockTimes.verdict": lambda: call(block_times().verdict, communication.AlphaBeta(1e-4, 1.0)),
     }),
     **within("experiments.pipeline_parallel", {
         "make_stack": lambda: call(pipeline_parallel.make_stack, 2, 16, 0, "cpu", zero="seed", huge="seed"),
@@ -1324,6 +1329,10 @@ VALID: dict[str, Callable[[], Call]] = {
         "MoESweep.slowdown": lambda: call(moe_sweep().slowdown, 4),
         "MoESweep.report": lambda: call(moe_sweep().report),
         "MoESweep.plot": lambda: call(moe_sweep().plot),
+    }),
+    **within("experiments.parallel_summary", {
+        "lesson_summary": lambda: call(parallel_summary.lesson_summary, allreduce_sweep(), block_times(),
+                                       pipeline_run(), moe_sweep(), None, 100),
     }),
     **within("experiments.prefill_decode", {
         "shape_of": lambda: call(prefill_decode.shape_of, decoder()),

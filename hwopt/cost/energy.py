@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from hwopt import arguments
 
-__all__ = ["joules_per_token", "usd_per_million_tokens", "electricity_usd_per_million_tokens"]
+__all__ = ["joules_per_token", "usd_per_million_tokens", "electricity_usd_per_million_tokens", "token_costs"]
 
 JOULES_PER_KWH = 3.6e6
 
@@ -34,3 +34,27 @@ def electricity_usd_per_million_tokens(joules_per_token: float, usd_per_kwh: flo
     """The electricity bill of 1,000,000 tokens at joules_per_token and a price per kWh."""
     joules = arguments.positive("joules_per_token", joules_per_token)
     return joules * 1e6 / JOULES_PER_KWH * arguments.positive("usd_per_kwh", usd_per_kwh)
+
+
+def token_costs(tokens_per_s: float, chips: int, watts_per_chip: float | None,
+                price_per_hour_usd: float | None, price_note: str = "") -> str:
+    """Two lines for a deployment of `chips` chips making tokens_per_s: joules per token at watts_per_chip
+    (a TDP, or a measured power), and dollars per 1M tokens at price_per_hour_usd per chip (price_note says
+    where the price comes from); a missing figure is said, not guessed."""
+    rate = arguments.positive("tokens_per_s", tokens_per_s)
+    chips = arguments.count("chips", chips, "threads")
+    arguments.text("price_note", price_note, allow_empty=True)
+    if watts_per_chip is None:
+        watts = "no power figure (the chip table lists no TDP for this chip): no J/token"
+    else:
+        w = arguments.positive("watts_per_chip", watts_per_chip)
+        watts = (f"{chips} x {w:g} W / {rate:,.0f} tokens/s = {joules_per_token(chips * w, rate):.3f} J per "
+                 "token")
+    if price_per_hour_usd is None:
+        price = "no price: enter the price per chip-hour you pay (with its date) to get $ per 1M tokens"
+    else:
+        usd = arguments.positive("price_per_hour_usd", price_per_hour_usd)
+        price = (f"{chips} x ${usd:g}/hour / {rate:,.0f} tokens/s = "
+                 f"${usd_per_million_tokens(usd, rate, chips):,.2f} per 1M tokens"
+                 + (f" ({price_note})" if price_note else ""))
+    return f"{watts}\n{price}"

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from hwopt import arguments, formats
 from hwopt.cost import communication, costs, footprint, phases
 
-__all__ = ["TP_DEGREES", "degrees", "memory_per_chip_bytes", "smallest_tp", "DecodeBound", "decode_bound",
-           "plot_tp_scaling", "tp_explorer"]
+__all__ = ["TP_DEGREES", "degrees", "memory_per_chip_bytes", "smallest_tp", "sizing_table", "DecodeBound",
+           "decode_bound", "plot_tp_scaling", "tp_explorer"]
 
 TP_DEGREES = (1, 2, 4, 8, 16, 32, 64)
 
@@ -87,6 +87,35 @@ def smallest_tp(shape: footprint.ModelShape, chip, context_len: int, batch_size:
         if memory_per_chip_bytes(shape, tp, context_len, batch_size, precision, kv_precision) <= usable:
             return tp
     return None
+
+
+def sizing_table(shapes, chip, context_len: int, batch_size: int = 1,
+                 precisions=("bf16", "fp8_e4m3")) -> str:
+    """One line per model: its attention, parameters (all, and active per token), KV bytes per token and the
+    smallest TP degree on `chip` for batch_size sequences of context_len tokens, in each weight precision
+    (the KV cache in bf16)."""
+    arguments.instance("shapes", shapes, (list, tuple))
+    if not shapes:
+        raise ValueError("shapes must hold at least one ModelShape")
+    chip = _chip(chip)
+    context_len = arguments.count("context_len", context_len, "tokens")
+    batch_size = arguments.count("batch_size", batch_size, "batch")
+    arguments.instance("precisions", precisions, (list, tuple))
+    if not precisions:
+        raise ValueError("precisions must name at least one weight format")
+    names = [formats.get(p, argument="precisions").name for p in precisions]
+    lines = [f"{batch_size} sequences x {context_len:,} tokens on {chip.name} ({chip.memory_gib:g} GiB, 10% "
+             "kept free), KV cache in bf16; the smallest TP degree for each weight format:",
+             f"{'model':18} {'attention':>9} {'params':>9} {'active':>8} {'KV/token':>9}"
+             + "".join(f" {n:>9}" for n in names)]
+    for i, shape in enumerate(shapes):
+        arguments.instance(f"shapes[{i}]", shape, footprint.ModelShape)
+        kv = footprint.kv_cache_bytes(shape, 1, 1, "bf16")
+        tps = [smallest_tp(shape, chip, context_len, batch_size, n, "bf16") for n in names]
+        lines.append(f"{shape.name:18} {shape.attention:>9} {shape.n_params / 1e9:>8.1f}B "
+                     f"{shape.active_params / 1e9:>7.1f}B {kv / 1024:>5,.0f} KiB"
+                     + "".join(f" {tp if tp else '>64':>9}" for tp in tps))
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)

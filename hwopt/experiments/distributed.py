@@ -130,7 +130,8 @@ def _worker(rank, world_size, port, backend, threads, timeout_s, parent, task, k
 
 
 def _stop(processes) -> None:
-    """Terminate, then kill, every process still alive, and reap them all."""
+    """Terminate, then kill, every process still alive, and reap them all (those that started)."""
+    processes = [p for p in processes if p.pid is not None]
     for p in processes:
         if p.is_alive():
             p.terminate()
@@ -147,7 +148,9 @@ def run(task: Callable, world_size: int = 2, *, device: str = "cpu", timeout_s: 
     """task(group, **kwargs) in world_size fresh processes joined into one group: their results, by rank.
 
     threads: torch threads per process (default: this machine's cores / world_size, at least 1). Raises
-    WorkerError with the worker's traceback when a rank fails, dies or runs past timeout_s."""
+    WorkerError with the worker's traceback when a rank fails, dies or runs past timeout_s. From a script,
+    call it under `if __name__ == "__main__":` (the fresh processes import the script; a notebook needs
+    nothing)."""
     import multiprocessing
 
     import torch

@@ -337,6 +337,24 @@ class BlockTimes:
                          f"{predicted / ms['split']:>9.2f}")
         return "\n".join(lines)
 
+    def verdict(self, fit: communication.AlphaBeta) -> str:
+        """Sentences per batch size: predicted and measured milliseconds, their ratio, the all-reduces' share,
+        and the split block against the unsplit one."""
+        arguments.instance("fit", fit, communication.AlphaBeta)
+        lines = []
+        for b in self.batch_sizes:
+            predicted, split = self.predicted_s(b, fit) * 1e3, self.median_s(b, "split") * 1e3
+            compute, unsplit = self.median_s(b, "compute") * 1e3, self.median_s(b, "unsplit") * 1e3
+            comm = 2 * fit.time_s(self.message_bytes(b)) * 1e3
+            faster = f"{unsplit / split:.2f}x faster" if split < unsplit else f"{split / unsplit:.2f}x slower"
+            lines.append(f"batch {b}: predicted {predicted:.3f} ms = each rank's compute alone "
+                         f"{compute:.3f} ms "
+                         f"+ 2 all-reduces of {self.message_bytes(b) / 1024:,.0f} KiB {comm:.3f} ms "
+                         f"({comm / predicted:.0%} of it); measured {split:.3f} ms: predicted / measured "
+                         f"{predicted / split:.2f}. The split block ran {faster} than the unsplit block on "
+                         f"one process ({unsplit:.3f} ms).")
+        return "\n".join(lines)
+
     def plot(self, fit: communication.AlphaBeta):
         """Per batch size: the split block measured beside its prediction (compute + all-reduces stacked)
         and the unsplit block; returns the Figure."""

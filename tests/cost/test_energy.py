@@ -23,3 +23,13 @@ def test_energy_and_dollars_by_hand():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_token_costs_say_what_is_missing_instead_of_guessing():
+    text = energy.token_costs(1000.0, 4, 700.0, 2.0, "a dated price")
+    assert "4 x 700 W / 1,000 tokens/s = 2.800 J per token" in text
+    assert "$2.22 per 1M tokens (a dated price)" in text
+    bare = energy.token_costs(1000.0, 4, None, None)
+    assert "no power figure" in bare and "no price: enter" in bare
+    with pytest.raises(ValueError, match="watts_per_chip"):
+        energy.token_costs(1000.0, 4, -1.0, None)

@@ -101,3 +101,14 @@ def test_the_plot_and_the_explorer(monkeypatch):
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_the_sizing_table_lists_each_model_with_its_smallest_degree():
+    table = tensor_parallel.sizing_table([LLAMA, footprint.get_shape("DeepSeek-V3")], H100, 8192, 16)
+    llama, deepseek = table.splitlines()[2:]
+    assert llama.split()[-2:] == ["4", "2"] and deepseek.split()[1] == "MLA"  # bf16: 4 H100s, fp8: 2
+    assert "NVIDIA H100 SXM (80 GiB" in table
+    assert tensor_parallel.sizing_table([footprint.get_shape("Llama-3.1-405B")], H100, 8192, 16,
+                                        ("bf16",)).split()[-1] == "16"
+    with pytest.raises(ValueError, match="precisions"):
+        tensor_parallel.sizing_table([LLAMA], H100, 8192, 16, ())

@@ -49,6 +49,7 @@ def test_the_block_timings_hold_every_variant_and_a_prediction():
     assert times.message_bytes(8) == 8 * 128 * 4
     assert times.predicted_s(8, fit) == pytest.approx(times.median_s(8, "compute") + 2 * fit.time_s(4096))
     assert math.isfinite(times.ratio(1, fit)) and "pred/meas" in times.report(fit)
+    assert times.verdict(fit).count("predicted / measured") == 2 and "unsplit block" in times.verdict(fit)
     assert len(times.plot(fit).axes[0].patches) == 4 * 2
     with pytest.raises(ValueError, match="batch_size"):
         times.median_s(2, "split")

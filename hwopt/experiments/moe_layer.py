@@ -68,19 +68,27 @@ def _tokens(layer: MoELayer, x):
 
 def route(layer: MoELayer, x):
     """(experts (tokens, k), weights (tokens, k)): each token's top-k experts and their softmax weights."""
+    return _route(layer, _tokens(layer, x))
+
+
+def _route(layer: MoELayer, x):
     import torch
 
-    scores = _tokens(layer, x) @ layer.router.T
-    top, experts = torch.topk(scores, layer.experts_per_token, dim=-1)
+    top, experts = torch.topk(x @ layer.router.T, layer.experts_per_token, dim=-1)
     return experts, torch.softmax(top, dim=-1)
 
 
 def forward(layer: MoELayer, x):
     """(output (tokens, d_model), distinct experts run): each chosen expert runs once on its tokens."""
+    return _forward(layer, _tokens(layer, x))
+
+
+def _forward(layer: MoELayer, x):
+    """forward() without its checks, for the timed loop."""
     import torch
     import torch.nn.functional as F
 
-    experts, weights = route(layer, x)
+    experts, weights = _route(layer, x)
     out = torch.zeros_like(x)
     used = torch.unique(experts).tolist()
     for e in used:
@@ -94,11 +102,12 @@ def count_distinct(layer: MoELayer, batch_size: int, trials: int = 200, seed: in
     """Mean distinct experts the router picks for `trials` batches of random tokens (counted: no model)."""
     import torch
 
+    arguments.instance("layer", layer, MoELayer)
     batch_size = arguments.count("batch_size", batch_size, "batch")
     trials = arguments.count("trials", trials, "repeats")
     g = torch.Generator().manual_seed(arguments.count("seed", seed, "seed", minimum=0))
     x = torch.randn(trials, batch_size, layer.router.shape[1], generator=g)
-    experts, _ = route(layer, x.reshape(trials * batch_size, -1))
+    experts, _ = _route(layer, x.reshape(trials * batch_size, -1))
     experts = experts.reshape(trials, -1)
     return float(sum(len(torch.unique(row)) for row in experts) / trials)
 
@@ -187,8 +196,8 @@ def measure_moe(layer: MoELayer, batch_sizes=(1, 2, 4, 8, 16, 32, 64), *, repeat
     g = torch.Generator().manual_seed(arguments.count("seed", seed, "seed", minimum=0))
     inputs = {b: torch.randn(b, layer.router.shape[1], generator=g) for b in sizes}
     with torch.inference_mode():
-        timed = {b: forward(layer, x)[1] for b, x in inputs.items()}
-        measured = bench.compare({f"batch {b}": (lambda x=x: forward(layer, x)) for b, x in inputs.items()},
+        timed = {b: _forward(layer, x)[1] for b, x in inputs.items()}
+        measured = bench.compare({f"batch {b}": (lambda x=x: _forward(layer, x)) for b, x in inputs.items()},
                                  device=device, repeats=repeats, warmup=2)
         counted = {b: count_distinct(layer, b, trials, seed + 1) for b in sizes}
     return MoESweep(layer.n_experts, layer.experts_per_token, layer.expert_bytes, counted, timed,

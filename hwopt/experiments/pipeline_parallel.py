@@ -34,10 +34,14 @@ def make_stack(n_layers: int = 8, width: int = 1024, seed: int = 0, device: str 
 
 def run_stack(layers: list, x):
     """x (rows, width) through the layers: ReLU(x W^T) each."""
+    arguments.instance("layers", layers, list)
+    return _run_stack(layers, arguments.finite_array("x", x, ndim=2))
+
+
+def _run_stack(layers: list, x):
+    """run_stack() without its checks, for the timed loop."""
     import torch
 
-    arguments.instance("layers", layers, list)
-    x = arguments.finite_array("x", x, ndim=2)
     for w in layers:
         x = torch.relu(x @ w.T)
     return x
@@ -55,7 +59,7 @@ def _pipeline_task(group, n_layers, width, batch, microbatch_counts, repeats, se
     x = torch.randn(batch, width, generator=torch.Generator().manual_seed(seed + 1)).to(group.device)
     runs = {}
     with torch.inference_mode():
-        run_stack(mine, x[: batch // max(microbatch_counts)])  # warm-up
+        _run_stack(mine, x[: batch // max(microbatch_counts)])  # warm-up
         for m in microbatch_counts:
             rows = batch // m
             busy_runs, makespans = [], []
@@ -67,14 +71,14 @@ def _pipeline_task(group, n_layers, width, batch, microbatch_counts, repeats, se
                     if not first:
                         dist.recv(inbox[i], src=group.rank - 1)
                     begin = time.perf_counter()
-                    y = run_stack(mine, x[i * rows:(i + 1) * rows] if first else inbox[i])
+                    y = _run_stack(mine, x[i * rows:(i + 1) * rows] if first else inbox[i])
                     group.sync()
                     busy += time.perf_counter() - begin
                     if not last:
                         sends.append(dist.isend(y, dst=group.rank + 1))
                 for work in sends:
                     work.wait()
-                end = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+                end = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=group.device)
                 dist.all_reduce(end, op=dist.ReduceOp.MAX)
                 busy_runs.append(busy)
                 makespans.append(float(end))

@@ -122,6 +122,11 @@ def block(x, weights: BlockWeights, all_reduce=None):
     x = arguments.finite_array("x", x, ndim=3)
     if x.shape[-1] != weights.d_model:
         raise ValueError(f"x must be a (batch, seq, {weights.d_model}) tensor; got shape {tuple(x.shape)}")
+    return _block(x, weights, all_reduce)
+
+
+def _block(x, weights: BlockWeights, all_reduce=None):
+    """block() without its checks, for the timed loops (their inputs are made here)."""
     part = _attention(x, weights)
     if all_reduce is not None:
         all_reduce(part)
@@ -135,12 +140,12 @@ def block(x, weights: BlockWeights, all_reduce=None):
 # ---- the tasks the workers run ----------------------------------------------------------------------------
 
 
-def _max_over_ranks(values: list[float]) -> list[float]:
+def _max_over_ranks(group, values: list[float]) -> list[float]:
     """Each value's maximum over the ranks (the slowest rank sets a step's time)."""
     import torch
     import torch.distributed as dist
 
-    t = torch.tensor(values, dtype=torch.float64)
+    t = torch.tensor(values, dtype=torch.float64, device=group.device)  # NCCL reduces GPU tensors only
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.tolist()
 
@@ -158,7 +163,7 @@ def _timed(group, fn, calls: int) -> float:
 def _calls_for(group, fn, target_s: float = 0.02) -> int:
     """Calls per repeat so that one repeat lasts about target_s on the slowest rank (at least one)."""
     fn()
-    per_call = _max_over_ranks([_timed(group, fn, 1)])[0]
+    per_call = _max_over_ranks(group, [_timed(group, fn, 1)])[0]
     return max(1, min(1000, round(target_s / max(per_call, 1e-6))))
 
 
@@ -172,7 +177,7 @@ def _allreduce_task(group, sizes_bytes, repeats):
     times = [[] for _ in buffers]
     for _ in range(repeats):
         mine = [_timed(group, lambda b=b: dist.all_reduce(b), n) for b, n in zip(buffers, calls, strict=True)]
-        for i, t in enumerate(_max_over_ranks(mine)):
+        for i, t in enumerate(_max_over_ranks(group, mine)):
             times[i].append(t)
     return times
 
@@ -187,8 +192,8 @@ def _check_task(group, d_model, n_heads, d_ff, batch, seq_len, seed) -> tuple[fl
     x = torch.randn(batch, seq_len, d_model, generator=torch.Generator().manual_seed(seed + 1))
     with torch.inference_mode():
         x = x.to(group.device)
-        reference = block(x, full)
-        return float((block(x, mine, dist.all_reduce) - reference).abs().max()), float(reference.abs().max())
+        reference = _block(x, full)
+        return float((_block(x, mine, dist.all_reduce) - reference).abs().max()), float(reference.abs().max())
 
 
 def _block_task(group, d_model, n_heads, d_ff, batch_sizes, repeats, seed):
@@ -213,9 +218,9 @@ def _variants(group, full: BlockWeights, mine: BlockWeights, x) -> dict:
     import torch.distributed as dist
 
     out = torch.empty_like(x)
-    return {"compute": lambda: block(x, mine),
+    return {"compute": lambda: _block(x, mine),
             "all-reduces": lambda: (dist.all_reduce(out), dist.all_reduce(out)),
-            "split": lambda: block(x, mine, dist.all_reduce)}
+            "split": lambda: _block(x, mine, dist.all_reduce)}
 
 
 def _time_interleaved(group, fns: dict, repeats: int) -> dict:
@@ -223,7 +228,7 @@ def _time_interleaved(group, fns: dict, repeats: int) -> dict:
     calls = {k: _calls_for(group, fn) for k, fn in fns.items()}
     per_variant = {k: [] for k in fns}
     for _ in range(repeats):
-        measured = _max_over_ranks([_timed(group, fn, calls[k]) for k, fn in fns.items()])
+        measured = _max_over_ranks(group, [_timed(group, fn, calls[k]) for k, fn in fns.items()])
         for k, t in zip(fns, measured, strict=True):
             per_variant[k].append(t)
     return per_variant
@@ -388,7 +393,7 @@ def _unsplit_times(batch_sizes, d_model, n_heads, d_ff, repeats, seed, device) -
     g = torch.Generator().manual_seed(seed + 1)
     inputs = {b: torch.randn(b, 1, d_model, generator=g).to(device) for b in batch_sizes}
     with torch.inference_mode():
-        measured = bench.compare({f"unsplit, batch {b}": (lambda x=x: block(x, weights))
+        measured = bench.compare({f"unsplit, batch {b}": (lambda x=x: _block(x, weights))
                                   for b, x in inputs.items()}, device=device, repeats=repeats, warmup=2)
     return {b: measured[f"unsplit, batch {b}"] for b in batch_sizes}
 

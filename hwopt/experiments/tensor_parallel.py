@@ -201,18 +201,17 @@ def _block_task(group, d_model, n_heads, d_ff, batch_sizes, repeats, seed):
     import torch
 
     error, scale = _check_task(group, d_model, n_heads, d_ff, 2, 8, seed)  # 2 sequences of 8 tokens
-    full = make_block(d_model, n_heads, d_ff, seed, group.device)
-    mine = shard(full, group.rank, group.world_size)
+    mine = shard(make_block(d_model, n_heads, d_ff, seed, group.device), group.rank, group.world_size)
     g = torch.Generator().manual_seed(seed + 2)
     times = {}
     for batch in batch_sizes:
         x = torch.randn(batch, 1, d_model, generator=g).to(group.device)  # one token per sequence
         with torch.inference_mode():
-            times[batch] = _time_interleaved(group, _variants(group, full, mine, x), repeats)
+            times[batch] = _time_interleaved(group, _variants(mine, x), repeats)
     return {"error": error, "scale": scale, "times": times}
 
 
-def _variants(group, full: BlockWeights, mine: BlockWeights, x) -> dict:
+def _variants(mine: BlockWeights, x) -> dict:
     """The split block, its compute alone and its all-reduces alone on x, as zero-argument functions."""
     import torch
     import torch.distributed as dist

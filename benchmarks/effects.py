@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import fidelity, native, report
+from benchmarks import fidelity, native, parallelism, report
 from hwopt import formats
 from hwopt.kernels import lowbit_gemv
 from hwopt.machine import bench, probe
@@ -103,6 +103,7 @@ PHASES = [("prefill / decode-step arithmetic intensity", 10.0)]
 KV_BOUND = [("KV-bound decode slowdown predicted / measured", (0.7, 1.3))]
 ATTENTION = [("SDPA / naive attention at 4k tokens", 2.0)]
 SPECULATIVE = [("speculative speedup predicted / measured", (0.7, 1.3))]
+SPLIT_BLOCK = parallelism.SPLIT_BLOCK
 
 
 DECODE_D_MODEL = 4096  # the width of lesson 2's decode stack
@@ -411,7 +412,15 @@ def setup_speculative(quick: bool) -> Setup:
     return Setup(fns, [Comparison(name, goal, ["target greedy"], ["speculative"], note, predicted=predicted)])
 
 
-EFFECTS: list[tuple[Callable[[bool], Setup], list[tuple[str, float | tuple[float, float] | None]]]] = [
+def setup_split_block(quick: bool) -> list[dict]:
+    """Lesson 12: the tensor-parallel block's time predicted from its parts against the block measured whole;
+    it runs in worker processes, so the rows come back finished (benchmarks/parallelism.py)."""
+    block = need("experiments.tensor_parallel_block", "measure_allreduce", "measure_block")
+    return parallelism.rows(block, quick)
+
+
+Goal = float | tuple[float, float] | None
+EFFECTS: list[tuple[Callable[[bool], Setup | list[dict]], list[tuple[str, Goal]]]] = [
     (setup_decode, DECODE),
     (setup_tiny_decoder, TINY_DECODER),
     (setup_batching, BATCHING),
@@ -422,6 +431,7 @@ EFFECTS: list[tuple[Callable[[bool], Setup], list[tuple[str, float | tuple[float
     (setup_kv_bound, KV_BOUND),
     (setup_attention, ATTENTION),
     (setup_speculative, SPECULATIVE),
+    (setup_split_block, SPLIT_BLOCK),
 ]
 
 
@@ -533,7 +543,8 @@ def measure(*, quick: bool, effects=None, progress=None) -> tuple[dict, list[str
     repeats = 5 if quick else 15
     for build, declared in effects or EFFECTS:
         try:
-            rows += run_setup(build(quick), repeats=repeats, quick=quick)
+            built = build(quick)  # a Setup to time here, or the rows of an effect measured elsewhere
+            rows += built if isinstance(built, list) else run_setup(built, repeats=repeats, quick=quick)
         except Unavailable as exc:
             rows += [report.unavailable_row(name, str(exc), goal=goal) for name, goal in declared]
         except Exception as exc:  # a lesson module that breaks must not take the report down with it

@@ -102,6 +102,28 @@ def prediction_row(name: str, baseline: Measurement, candidate: Measurement, pre
     }
 
 
+def time_prediction_row(name: str, predicted_s: Sequence[float], measured: Measurement, goal=None,
+                        note: str = "") -> dict:
+    """A predicted time checked against the measured one: predicted median / measured median. predicted_s
+    holds one prediction per repeat of `measured`, made from parts timed in that same repeat (paired IQR)."""
+    predicted_s = [float(t) for t in predicted_s]
+    if len(predicted_s) != measured.repeats or any(not math.isfinite(t) or t <= 0 for t in predicted_s):
+        raise ValueError(f"predicted_s must hold {measured.repeats} positive times, one per repeat of "
+                         f"measured; got {predicted_s!r}")
+    predicted = Measurement(f"predicted: {measured.label}", tuple(predicted_s), device=measured.device)
+    pairs = [p / t for p, t in zip(predicted_s, measured.times_s, strict=True) if t > 0]
+    ratio = predicted.median_s / measured.median_s
+    return {
+        "name": name, "kind": "fidelity", "goal": goal, "ratio": ratio, "verdict": verdict(ratio, goal),
+        "ratio_q1": quantile(pairs, 0.25) if pairs else None,
+        "ratio_q3": quantile(pairs, 0.75) if pairs else None,
+        "ratio_of_best": predicted.min_s / measured.min_s if measured.min_s > 0 else None,
+        "baseline": time_stats(measured), "candidate": time_stats(predicted),
+        "note": f"predicted {predicted.median_ms:.3g} ms, measured {measured.median_ms:.3g} ms"
+                + (f"; {note}" if note else ""),
+    }
+
+
 def fidelity_row(name: str, candidate: dict, reference: dict, goal: float | None = None, note: str = "",
                  pairs: Sequence[float] | None = None) -> dict:
     """How close a measured rate comes to a reference rate: candidate median / reference median, vs goal.

@@ -11,11 +11,14 @@ modules import each other in a circle).
    MXFP4, NVFP4), computed in one place for the lessons and the kernels, which only pack them.
 4. machine/ (measuring the machine): hardware (what is this machine), toolchain (its C compiler), specs (the
    chip table and each chip's peak rule), bench (timing), probe (live ceilings: GB/s, FLOP/s), card (the
-   machine card).
+   machine card), power (energy counters: RAPL, NVML).
 5. cost/ (models of cost): costs (time and dollars per chip), batching, serving (queueing, chunked prefill),
    footprint (memory capacity: weights + KV cache + activations), phases (prefill and decode: FLOPs, bytes,
    intensity), paging (contiguous vs paged KV-cache allocation), speculative (tokens per target step and the
-   speedup of speculative decoding).
+   speedup of speculative decoding), moe (experts read per step, expert parallelism's bytes), communication
+   (the alpha-beta model and its fit, all-reduce, all-to-all), tensor_parallel (the TP degree that fits, the
+   decode bound with all-reduces), pipeline (the bubble), disaggregation (sending a KV cache vs prefilling
+   again), energy (J/token, $ per 1M tokens).
 6. kernels/ (code that computes fast): lowbit_gemv (the course's C kernel, built on the learner's machine,
    and its loader), ort (ONNX Runtime: export, sessions, graph optimization, quantized graphs).
 7. models/ (model definitions): mlp, classifier (the digits MLP), tiny_decoder (a decoder-only transformer
@@ -25,7 +28,9 @@ modules import each other in a circle).
    formats, fp8/mxfp4/nvfp4 emulated), outliers (outlier channels, SmoothQuant, AWQ), fusion, profiling,
    prefill_decode (TTFT, decode vs context, KV precision), speculative_decoding (draft and target, greedy
    speculative decoding), attention (naive vs fused vs tiled attention), launch_overhead (per-op overhead,
-   CUDA graphs).
+   CUDA graphs), distributed (groups of worker processes, always stopped), tensor_parallel_block (a
+   Megatron-split block measured), pipeline_parallel (stages in processes, the bubble measured), moe_layer (a
+   routed MoE layer measured), parallel_summary (lesson 12's summary).
 9. course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox), colab, quiz (the
    practice quiz's bank and each student's draw from it), notebook_outputs (notebooks are committed without
    outputs), record (lessons run headless on a device, saved in data/recordings/), site (the course as a

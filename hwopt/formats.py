@@ -166,9 +166,9 @@ _FORMATS = (
     Format("int4_g128", 4, "int", "int4_tops", "as int4 (the usual weight-only LLM layout, AWQ/GPTQ)",
            None, ("int4-g128",), block=128, scale_bits=16, scale_format="fp16"),
     Format("int2", 2, "int", "", "nowhere: unpacked to wider types to compute", None, ("i2",)),
-    Format("mxfp4", 4, "float", "fp4_tflops", "NVIDIA Blackwell (B200, B300, RTX 50), AMD MI355X",
+    Format("mxfp4", 4, "float", "mxfp4_tflops", "NVIDIA Blackwell (B200, B300, RTX 50), AMD MI355X",
            None, ("mx-fp4",), block=32, scale_bits=8, scale_format="E8M0", element="E2M1"),
-    Format("nvfp4", 4, "float", "fp4_tflops", "NVIDIA Blackwell (B200, B300, RTX 50)",
+    Format("nvfp4", 4, "float", "nvfp4_tflops", "NVIDIA Blackwell (B200, B300, RTX 50)",
            None, ("nv-fp4",), block=16, scale_bits=8, scale_format="E4M3", element="E2M1",
            tensor_scale_format="fp32"),
 )

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import course, effects, fidelity, figures, grading, native, report
+from benchmarks import course, effects, fidelity, figures, grading, native, parallelism, report
 from benchmarks.__main__ import measured_probe
 from hwopt.course.grading import gradebook
-from hwopt.experiments import decode
+from hwopt.experiments import decode, tensor_parallel_block
 from hwopt.kernels import lowbit_gemv
 from hwopt.machine import probe
 from hwopt.machine.bench import Measurement
@@ -845,3 +845,37 @@ def test_the_c_kernels_avx2_path_is_timed_where_this_cpu_builds_a_wider_one():
         assert path.precision == wide.precision and path.weight_bytes == wide.weight_bytes
         np.testing.assert_allclose(path.fn(), wide.fn(), rtol=1e-4, atol=1e-4)  # the same step
     assert effects.avx2_paths(stack, {}) == {}
+
+
+def test_a_time_prediction_row_divides_the_predicted_median_by_the_measured_one():
+    measured = m("split block", [2.0e-3, 2.2e-3, 1.8e-3])
+    row = report.time_prediction_row("tp", [2.1e-3, 2.0e-3, 1.9e-3], measured, goal=(0.7, 1.3), note="n")
+    assert row["ratio"] == pytest.approx(2.0 / 2.0) and row["verdict"] == report.MEETS
+    assert row["ratio_q1"] <= 1.0 <= row["ratio_q3"] and row["kind"] == "fidelity"
+    assert row["candidate"]["label"] == "predicted: split block" and row["baseline"]["median"] == 2.0
+    assert row["note"].startswith("predicted 2 ms, measured 2 ms; n")
+    assert report.time_prediction_row("tp", [4e-3] * 3, measured, (0.7, 1.3))["verdict"] == report.BELOW
+    report.validate(fake_doc(effects={"rows": [row], "notes": []}))
+    with pytest.raises(ValueError, match="predicted_s"):
+        report.time_prediction_row("tp", [1e-3, 1e-3], measured)
+    with pytest.raises(ValueError, match="predicted_s"):
+        report.time_prediction_row("tp", [1e-3, 0.0, 1e-3], measured)
+
+
+def test_an_effect_measured_elsewhere_hands_back_its_rows():
+    row = report.time_prediction_row("tp", [1e-3] * 3, m("s", [1e-3] * 3), (0.7, 1.3))
+    section, _ = effects.measure(quick=True, effects=[(lambda quick: [row], [("tp", (0.7, 1.3))])])
+    assert section["rows"] == [row]
+
+
+def test_lesson_12_split_block_is_declared_with_its_goal():
+    assert effects.SPLIT_BLOCK[0] == ("tensor-parallel block predicted / measured, batch 128", (0.7, 1.3))
+    assert (effects.setup_split_block, effects.SPLIT_BLOCK) in effects.EFFECTS
+
+
+def test_the_split_block_rows_come_from_real_worker_processes():
+    rows = parallelism.rows(tensor_parallel_block, quick=True)
+    assert [r["name"] for r in rows] == [name for name, _ in parallelism.SPLIT_BLOCK]
+    for row in rows:
+        assert row["ratio"] > 0 and row["baseline"]["repeats"] == row["candidate"]["repeats"] == 7
+        assert "max difference" in row["note"]

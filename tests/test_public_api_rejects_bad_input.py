@@ -36,25 +36,44 @@ from hypothesis import strategies as st
 
 import hwopt
 from hwopt import formats, plots, quantization, recordings, roofline, widgets
-from hwopt.cost import batching, costs, footprint, paging, phases, serving, speculative
+from hwopt.cost import (
+    batching,
+    communication,
+    costs,
+    disaggregation,
+    energy,
+    footprint,
+    moe,
+    paging,
+    phases,
+    serving,
+    speculative,
+    tensor_parallel,
+)
+from hwopt.cost import pipeline as pipeline_cost
 from hwopt.experiments import (
     attention,
     decode,
     decode_speed,
+    distributed,
     fake_quant,
     fusion,
     launch_overhead,
+    moe_layer,
     outliers,
+    parallel_summary,
+    pipeline_parallel,
     precision,
     prefill_decode,
     profiling,
     roofline_points,
+    tensor_parallel_block,
 )
 from hwopt.experiments import (
     speculative_decoding as sd,
 )
 from hwopt.kernels import lowbit_gemv, ort
-from hwopt.machine import bench, card, hardware, probe, specs, toolchain
+from hwopt.machine import bench, card, hardware, power, probe, specs, toolchain
 from hwopt.models import classifier, mlp, tiny_decoder
 
 CALL_LIMIT_S = 2.0  # a bad value must be refused within this time
@@ -340,6 +359,11 @@ def noop_kwargs(**kwargs):
     return None
 
 
+def noop_sum(tensor):
+    """An all-reduce over a group of one: the tensor is already the sum."""
+    return None
+
+
 def threads_block(n):
     with bench.threads(n):
         pass
@@ -372,6 +396,56 @@ def serving_stats() -> serving.ServingStats:
 @functools.cache
 def shape() -> footprint.ModelShape:
     return footprint.ModelShape("tiny", 2, 64, 4, 2, 128, 100)
+
+
+@functools.cache
+def moe_shape() -> footprint.ModelShape:
+    """A tiny mixture of experts with latent attention, a dense first layer and a sliding window."""
+    return footprint.ModelShape("tiny moe", 4, 64, 4, 4, 128, 100, head_dim=16, n_experts=8,
+                                experts_per_token=2, n_shared_experts=1, d_ff_expert=32, n_dense_layers=1,
+                                kv_lora_rank=16, q_lora_rank=8, rope_head_dim=4, sliding_window=8,
+                                n_sliding_layers=2)
+
+
+@functools.cache
+def block_weights():
+    return tensor_parallel_block.make_block(32, 4, 64, seed=0)
+
+
+def fake_times(label: str, *seconds) -> bench.Measurement:
+    return bench.Measurement(label, tuple(seconds) or (1e-3, 1.1e-3, 0.9e-3))
+
+
+@functools.cache
+def allreduce_sweep():
+    sizes = (1024, 65536, 1 << 20)
+    return tensor_parallel_block.AllReduceSweep(
+        sizes, tuple(fake_times(f"{n}", 1e-4 + n / 1e9, 1.1e-4 + n / 1e9, 0.9e-4 + n / 1e9) for n in sizes),
+        2, "gloo")
+
+
+@functools.cache
+def block_times():
+    per_batch = {b: {v: fake_times(f"{v} {b}", *(t * b for t in (1e-3, 1.1e-3, 0.9e-3)))
+                     for v in tensor_parallel_block.VARIANTS} for b in (1, 8)}
+    return tensor_parallel_block.BlockTimes(2, "gloo", 32, 4, 64, 1e-6, 3.0, per_batch)
+
+
+@functools.cache
+def pipeline_run():
+    busy = {1: [[0.01, 0.01, 0.01], [0.01, 0.01, 0.01]], 4: [[0.012, 0.012, 0.012], [0.012, 0.012, 0.012]]}
+    spans = {1: fake_times("m 1", 0.021, 0.02, 0.022), 4: fake_times("m 4", 0.016, 0.015, 0.017)}
+    return pipeline_parallel.PipelineRun(2, 4, 64, 32, "gloo", busy, spans)
+
+
+@functools.cache
+def moe_small():
+    return moe_layer.make_moe(32, 16, 8, 2, seed=0)
+
+
+@functools.cache
+def moe_sweep():
+    return moe_layer.measure_moe(moe_small(), (1, 4), repeats=3, trials=10)
 
 
 @functools.cache
@@ -655,7 +729,11 @@ VALID: dict[str, Callable[[], Call]] = {
     }),
     **within("cost.footprint", {
         "ModelShape": lambda: call(footprint.ModelShape, "tiny", 2, 64, 4, 2, 128, 100, True, False,
-                                   256, "https://example.org", text="name source_url"),
+                                   256, "https://example.org", 16, 4, 2, 1, 32, 1, 8, 4, 2, 16, 1, 1.5, 0.5,
+                                   "https://example.org/card", text="name source_url params_source_url",
+                                   zero="head_dim n_shared_experts n_dense_layers kv_lora_rank q_lora_rank "
+                                        "rope_head_dim"),
+        "ModelShape.mlp_params": lambda: call(shape().mlp_params, 32),
         "load_shapes": lambda: call(footprint.load_shapes, footprint.SHAPES_CSV),
         "get_shape": lambda: call(footprint.get_shape, "Llama-3-8B", footprint.SHAPES_CSV),
         "activation_precision": lambda: call(footprint.activation_precision, "int4"),
@@ -680,6 +758,7 @@ VALID: dict[str, Callable[[], Call]] = {
     }),
     **within("cost.phases", {
         "matmul_params": lambda: call(phases.matmul_params, shape()),
+        "active_matmul_params": lambda: call(phases.active_matmul_params, moe_shape()),
         "kv_bytes_per_token": lambda: call(phases.kv_bytes_per_token, shape(), "int8"),
         "PhaseCost": lambda: call(phases.PhaseCost, "decode", 1e9, 1e9, 1, 0.5, zero="kv_bytes"),
         "PhaseCost.time_s": lambda: call(phases.PhaseCost("decode", 1e9, 1e9, 1, 0.5).time_s, 1e12, 10.0),
@@ -691,6 +770,73 @@ VALID: dict[str, Callable[[], Call]] = {
         "kv_crossover_context": lambda: call(phases.kv_crossover_context, shape(), 2, "fp16", "int8"),
         "kv_report": lambda: call(phases.kv_report, shape(), "fp16", (1, 16)),
         "phase_table": lambda: call(phases.phase_table, [shape()], 16, 32, 2, "fp16", 1e12, 20.0),
+    }),
+    **within("cost.moe", {
+        "expected_distinct_experts": lambda: call(moe.expected_distinct_experts, 32, 2, 8),
+        "simulate_distinct_experts": lambda: call(moe.simulate_distinct_experts, 8, 2, 4, trials=20,
+                                                  popularity=[1.0] * 8, seed=1, zero="seed", huge="seed"),
+        "weight_bytes_read": lambda: call(moe.weight_bytes_read, moe_shape(), 4, "int8"),
+        "expert_parallel_bytes": lambda: call(moe.expert_parallel_bytes, moe_shape(), 4, 2, "bf16"),
+    }),
+    **within("cost.communication", {
+        "AlphaBeta": lambda: call(communication.AlphaBeta, 1e-5, 10.0, zero="latency_s"),
+        "AlphaBeta.time_s": lambda: call(communication.AlphaBeta(1e-5, 10.0).time_s, 1e6, zero="n_bytes"),
+        "fit_alpha_beta": lambda: call(communication.fit_alpha_beta, [1e3, 1e5, 1e6], [1e-4, 2e-4, 1e-3],
+                                       zero="sizes_bytes"),
+        "allreduce_time_s": lambda: call(communication.allreduce_time_s, 1e6, 4, 100.0, 1e-6,
+                                         zero="n_bytes latency_s"),
+        "all_to_all_time_s": lambda: call(communication.all_to_all_time_s, 1e6, 4, 100.0, 1e-6,
+                                          zero="n_bytes latency_s"),
+    }),
+    **within("cost.tensor_parallel", {
+        "degrees": lambda: call(tensor_parallel.degrees, shape(), 8),
+        "sizing_table": lambda: call(tensor_parallel.sizing_table, [shape()], specs.get_chip("h100 sxm"), 128,
+                                     2, ("bf16", "int8")),
+        "memory_per_chip_bytes": lambda: call(tensor_parallel.memory_per_chip_bytes, shape(), 2, 128, 2,
+                                              "bf16", "int8"),
+        "smallest_tp": lambda: call(tensor_parallel.smallest_tp, shape(), specs.get_chip("h100 sxm"), 128, 2,
+                                    "bf16", "int8", reserve_fraction=0.1, max_tp=4, zero="reserve_fraction"),
+        "decode_bound": lambda: call(tensor_parallel.decode_bound, shape(), specs.get_chip("h100 sxm"), 2,
+                                     128, 2, "bf16", "int8", act_precision="fp16", latency_s=1e-6,
+                                     link_gbs=50.0, zero="latency_s"),
+        "plot_tp_scaling": lambda: call(tensor_parallel.plot_tp_scaling, shape(), specs.get_chip("h100 sxm"),
+                                        128, 2, "bf16", 1.0, 4, zero="latency_us"),
+        "tp_explorer": lambda: call(tensor_parallel.tp_explorer, [shape()], [specs.get_chip("h100 sxm")],
+                                    opaque="shapes chips"),
+    }),
+    **within("cost.pipeline", {
+        "bubble_fraction": lambda: call(pipeline_cost.bubble_fraction, 4, 8),
+        "pipeline_time_s": lambda: call(pipeline_cost.pipeline_time_s, 1e-3, 4, 8),
+        "measured_bubble": lambda: call(pipeline_cost.measured_bubble, [0.4, 0.3], 0.5, zero="busy_s"),
+    }),
+    **within("cost.disaggregation", {
+        "kv_transfer_s": lambda: call(disaggregation.kv_transfer_s, shape(), 128, 50.0, "fp8_e4m3", 1e-5,
+                                      zero="latency_s"),
+        "prefill_s": lambda: call(disaggregation.prefill_s, shape(), 128, specs.get_chip("h100 sxm"), "bf16",
+                                  "fp8_e4m3"),
+        "breakeven_link_gbs": lambda: call(disaggregation.breakeven_link_gbs, shape(),
+                                           specs.get_chip("h100 sxm"), "bf16", "fp8_e4m3"),
+        "compare": lambda: call(disaggregation.compare, shape(), specs.get_chip("h100 sxm"), [16, 128], 50.0,
+                                "bf16", "fp8_e4m3", 1e-5, zero="latency_s"),
+        "plot_handoff": lambda: call(disaggregation.plot_handoff, {"link": disaggregation.compare(
+            shape(), specs.get_chip("h100 sxm"), [16, 128], 50.0)}, "t", text="title", opaque="rows_by_link"),
+    }),
+    **within("cost.energy", {
+        "joules_per_token": lambda: call(energy.joules_per_token, 700.0, 1000.0),
+        "usd_per_million_tokens": lambda: call(energy.usd_per_million_tokens, 2.0, 1000.0, 8),
+        "electricity_usd_per_million_tokens": lambda: call(energy.electricity_usd_per_million_tokens, 0.5,
+                                                           0.2),
+        "token_costs": lambda: call(energy.token_costs, 1000.0, 4, 700.0, 2.0, "a price", text="price_note"),
+    }),
+    **within("machine.power", {
+        "Meter": lambda: call(power.Meter, "counter", lambda: 1.0, 100.0, text="name"),
+        "Meter.joules_between": lambda: call(power.Meter("counter", lambda: 1.0, 100.0).joules_between, 1.0,
+                                             2.0, zero="start_j end_j"),
+        "rapl_meters": lambda: call(power.rapl_meters, str(TMP), text="root"),
+        "nvml_meters": lambda: call(power.nvml_meters, "libno-such-nvml.so", text="library"),
+        "meters": lambda: call(power.meters),
+        "absent_reason": lambda: call(power.absent_reason),
+        "measure": lambda: call(power.measure, noop, [power.Meter("counter", lambda: 1.0)]),
     }),
     **within("cost.paging", {
         "request_lengths": lambda: call(paging.request_lengths, 20, 10.0, 16, 0, zero="seed"),
@@ -1100,6 +1246,71 @@ VALID: dict[str, Callable[[], Call]] = {
         "intensity_table": lambda: call(roofline_points.intensity_table,
                                         [roofline_points.triad_point(20.0)], 1e12, 20.0),
     }),
+    **within("experiments.distributed", {
+        "backend_for": lambda: call(distributed.backend_for, "cpu", 2),
+        "free_port": lambda: call(distributed.free_port),
+        "loopback_interface": lambda: call(distributed.loopback_interface),
+        "run": lambda: call(distributed.run, distributed.describe, 2, device="cpu", timeout_s=30.0, threads=1,
+                            bounded="timeout_s", run_valid=False),  # starts processes: tests/experiments
+        "describe": lambda: call(distributed.describe, distributed.Group(0, 1, "gloo", "cpu", 1), 0.0,
+                                 zero="sleep_s", bounded="sleep_s"),
+    }),
+    **within("experiments.tensor_parallel_block", {
+        "make_block": lambda: call(tensor_parallel_block.make_block, 32, 4, 64, 0, "cpu", zero="seed",
+                                   huge="seed"),
+        "shard": lambda: call(tensor_parallel_block.shard, block_weights(), 1, 2, zero="rank"),
+        "block": lambda: call(tensor_parallel_block.block, torch.randn(2, 3, 32), block_weights(), noop_sum,
+                              signed="x"),
+        "measure_allreduce": lambda: call(tensor_parallel_block.measure_allreduce, 2, (1024, 4096), repeats=3,
+                                          device="cpu", timeout_s=30.0, bounded="timeout_s", run_valid=False),
+        "check_split": lambda: call(tensor_parallel_block.check_split, 2, d_model=32, n_heads=4, d_ff=64,
+                                    batch=1, seq_len=2, seed=0, device="cpu", timeout_s=30.0, zero="seed",
+                                    huge="seed", bounded="timeout_s", run_valid=False),
+        "measure_block": lambda: call(tensor_parallel_block.measure_block, 2, (1, 2), d_model=32, n_heads=4,
+                                      d_ff=64, repeats=3, seed=0, device="cpu", timeout_s=30.0, zero="seed",
+                                      huge="seed", bounded="timeout_s", run_valid=False),
+        "AllReduceSweep.table": lambda: call(allreduce_sweep().table),
+        "AllReduceSweep.plot": lambda: call(allreduce_sweep().plot),
+        "BlockTimes.message_bytes": lambda: call(block_times().message_bytes, 8),
+        "BlockTimes.median_s": lambda: call(block_times().median_s, 8, "split"),
+        "BlockTimes.predicted_s": lambda: call(block_times().predicted_s, 8,
+                                               communication.AlphaBeta(1e-4, 1.0)),
+        "BlockTimes.ratio": lambda: call(block_times().ratio, 1, communication.AlphaBeta(1e-4, 1.0)),
+        "BlockTimes.report": lambda: call(block_times().report, communication.AlphaBeta(1e-4, 1.0)),
+        "BlockTimes.plot": lambda: call(block_times().plot, communication.AlphaBeta(1e-4, 1.0)),
+        "BlockTimes.verdict": lambda: call(block_times().verdict, communication.AlphaBeta(1e-4, 1.0)),
+    }),
+    **within("experiments.pipeline_parallel", {
+        "make_stack": lambda: call(pipeline_parallel.make_stack, 2, 16, 0, "cpu", zero="seed", huge="seed"),
+        "run_stack": lambda: call(pipeline_parallel.run_stack, pipeline_parallel.make_stack(2, 16),
+                                  torch.randn(3, 16), signed="x", opaque="layers"),
+        "measure_pipeline": lambda: call(pipeline_parallel.measure_pipeline, 2, (1, 2), n_layers=2,
+                                         width=16, batch=4, repeats=3, seed=0, device="cpu", timeout_s=30.0,
+                                         zero="seed", huge="seed", bounded="timeout_s", run_valid=False),
+        "PipelineRun.measured_bubble": lambda: call(pipeline_run().measured_bubble, 4),
+        "PipelineRun.predicted_bubble": lambda: call(pipeline_run().predicted_bubble, 4),
+        "PipelineRun.report": lambda: call(pipeline_run().report),
+        "PipelineRun.plot": lambda: call(pipeline_run().plot),
+    }),
+    **within("experiments.moe_layer", {
+        "make_moe": lambda: call(moe_layer.make_moe, 32, 16, 8, 2, 0, zero="seed", huge="seed"),
+        "route": lambda: call(moe_layer.route, moe_small(), torch.randn(3, 32), signed="x"),
+        "forward": lambda: call(moe_layer.forward, moe_small(), torch.randn(3, 32), signed="x"),
+        "count_distinct": lambda: call(moe_layer.count_distinct, moe_small(), 4, 10, 0, zero="seed",
+                                       huge="seed"),
+        "measure_moe": lambda: call(moe_layer.measure_moe, moe_small(), (1, 2), repeats=3, trials=5, seed=0,
+                                    device="cpu", zero="seed", huge="seed"),
+        "MoELayer.step_bytes": lambda: call(moe_small().step_bytes, 2, zero="distinct_experts"),
+        "MoESweep.expected": lambda: call(moe_sweep().expected, 4),
+        "MoESweep.step_bytes": lambda: call(moe_sweep().step_bytes, 4),
+        "MoESweep.slowdown": lambda: call(moe_sweep().slowdown, 4),
+        "MoESweep.report": lambda: call(moe_sweep().report),
+        "MoESweep.plot": lambda: call(moe_sweep().plot),
+    }),
+    **within("experiments.parallel_summary", {
+        "lesson_summary": lambda: call(parallel_summary.lesson_summary, allreduce_sweep(), block_times(),
+                                       pipeline_run(), moe_sweep(), None, 100),
+    }),
     **within("experiments.prefill_decode", {
         "shape_of": lambda: call(prefill_decode.shape_of, decoder()),
         "model_format": lambda: call(prefill_decode.model_format, decoder()),
@@ -1307,6 +1518,18 @@ EXCLUDED: dict[str, str] = {
     "cost.serving.GenerationStats": "a result of serving.simulate_generation",
     "cost.serving.PhaseLatencyStats": "a result of serving.simulate_chunked_prefill",
     "cost.paging.Allocation": "a result of paging.allocate",
+    "cost.tensor_parallel.DecodeBound": "a result of tensor_parallel.decode_bound",
+    "cost.disaggregation.Handoff": "a result of disaggregation.compare",
+    "machine.power.EnergyReading": "a result of power.measure",
+    "experiments.distributed.Group": "what distributed.run hands each task, built inside the worker",
+    "experiments.distributed.Group.barrier": "runs inside a worker of distributed.run, on its process group",
+    "experiments.distributed.Group.sync": "runs inside a worker of distributed.run, on its device",
+    "experiments.tensor_parallel_block.BlockWeights": "a result of tensor_parallel.make_block and shard",
+    "experiments.tensor_parallel_block.AllReduceSweep": "a result of tensor_parallel.measure_allreduce",
+    "experiments.tensor_parallel_block.BlockTimes": "a result of tensor_parallel.measure_block",
+    "experiments.pipeline_parallel.PipelineRun": "a result of pipeline_parallel.measure_pipeline",
+    "experiments.moe_layer.MoELayer": "a result of moe_layer.make_moe",
+    "experiments.moe_layer.MoESweep": "a result of moe_layer.measure_moe",
     "experiments.prefill_decode.PhaseTimes": "a result of prefill_decode.measure_phases",
     "experiments.prefill_decode.ContextSweep": "a result of prefill_decode.decode_vs_context",
     "machine.specs.Chip": "a row of hwopt/data/chips.csv, checked by specs.load_chips",

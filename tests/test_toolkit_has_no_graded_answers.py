@@ -19,7 +19,9 @@ import samples  # noqa: E402
 SKIP = ("hwopt.course", "hwopt.machine.bench", "hwopt.machine.probe", "hwopt.machine.hardware",
         "hwopt.machine.card",
         "hwopt.experiments.roofline_points", "hwopt.kernels.lowbit_gemv", "hwopt.kernels.ort",
-        "hwopt.experiments.profiling", "hwopt.widgets", "hwopt.plots", "hwopt.__main__")
+        "hwopt.experiments.profiling", "hwopt.widgets", "hwopt.plots", "hwopt.__main__",
+        "hwopt.machine.power", "hwopt.experiments.distributed", "hwopt.experiments.tensor_parallel_block",
+        "hwopt.experiments.pipeline_parallel")  # these three start worker processes
 
 TRY_EVERY_FUNCTION = r"""
 import importlib, inspect, json, pkgutil, resource, signal, sys

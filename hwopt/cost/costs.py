@@ -9,7 +9,8 @@ so the cost per inference is time_s / b * price_per_hour_usd / 3600. The bound l
 step reads or does (KV cache, activations, attention FLOP, overheads) and every second the chip is paid for
 but idle: `beyond_the_bound` puts numbers on the first two.
 
-Each format computes at its own peak column (fp8 on Hopper, Blackwell, MI300; fp4 on Blackwell and MI355X).
+Each format computes at its own peak column (fp8 on Hopper, Blackwell, MI300; mxfp4 on Blackwell and MI355X,
+nvfp4 on Blackwell only).
 The one fallback is physical: integer weights narrower than a byte (int4, int2) are unpacked to int8,
 16-bit or fp32 units to compute. A chip without a peak for the format is skipped, and `skipped` says why.
 """
@@ -28,7 +29,7 @@ from hwopt import arguments, formats, plots, roofline, widgets
 from hwopt.machine import specs
 
 # The formats the explorer offers: one of each kind of peak column in the chip table.
-PRECISIONS = ("fp32", "bf16", "fp16", "fp8_e4m3", "int8", "int4", "nvfp4")
+PRECISIONS = ("fp32", "bf16", "fp16", "fp8_e4m3", "int8", "int4", "mxfp4", "nvfp4")
 
 
 def _number(value) -> float | None:

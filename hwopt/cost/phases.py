@@ -3,11 +3,13 @@
 One request is a prefill (the whole prompt of P tokens in one pass: every weight is read once and used P
 times) and then decode steps (one new token per sequence, reading every weight and the whole KV cache).
 FLOP count a multiply-add as 2; bytes are what must come from memory at least once (the roofline's traffic).
-  matmul FLOP per token  = 2 * matmul parameters (every Linear layer and the output head)
-  prefill attention FLOP = 2 * n_layers * batch * P^2 * d_model  (q.K^T and p.V, causal: half of P x P)
-  prefill bytes          = matmul weights + the KV cache written (batch * P tokens)
-  decode FLOP            = batch * (2 * matmul parameters + attention over the context, roofline's count)
-  decode bytes           = matmul weights + the KV cache read (batch * context tokens) + q and outputs
+  matmul FLOP per token  = 2 * matmul parameters (every Linear layer and the output head; a MoE's chosen
+                           experts only)
+  prefill attention FLOP = 2 * n_layers * batch * P^2 * n_heads * head_dim (q.K^T and p.V, causal: half)
+  prefill bytes          = matmul weights (a MoE's experts chosen by some token) + the KV cache written
+  decode FLOP            = batch * (2 * active matmul parameters + attention over the context (roofline))
+  decode bytes           = matmul weights read (a MoE's distinct experts only, cost.moe) + the KV cache read
+                           (batch * context tokens, footprint.kv_cache_bytes) + q and outputs
 Shapes are hwopt.cost.footprint.ModelShape (hwopt/data/model_shapes.csv); formats are hwopt.formats names.
 """
 
@@ -17,13 +19,18 @@ import math
 from dataclasses import dataclass
 
 from hwopt import arguments, formats, roofline
-from hwopt.cost import footprint
+from hwopt.cost import footprint, moe
 
 
 def matmul_params(shape: footprint.ModelShape) -> int:
     """Parameters a token multiplies by: all but the input embedding table (a lookup reads one row of it)."""
     arguments.instance("shape", shape, footprint.ModelShape)
     return shape.n_params - (0 if shape.tied_embeddings else shape.vocab_size * shape.d_model)
+
+
+def active_matmul_params(shape: footprint.ModelShape) -> int:
+    """Parameters one token multiplies by: matmul_params with only its chosen experts in a MoE."""
+    return matmul_params(shape) - (shape.n_params - shape.active_params)
 
 
 def kv_bytes_per_token(shape: footprint.ModelShape, kv_precision: str = "fp16") -> float:
@@ -79,26 +86,30 @@ def prefill_cost(shape: footprint.ModelShape, prompt_len: int, batch_size: int =
                  kv_precision: str | None = None) -> PhaseCost:
     """FLOP and bytes of the prefill of batch_size prompts of prompt_len tokens (weights in `precision`,
     KV cache in kv_precision, default: the activations' format)."""
-    weight_bytes, kv_fmt = _check(shape, batch_size, precision, kv_precision)
+    _, kv_fmt = _check(shape, batch_size, precision, kv_precision)
     prompt_len = arguments.count("prompt_len", prompt_len, "tokens")
     tokens = batch_size * prompt_len
-    attention = 2.0 * shape.n_layers * batch_size * prompt_len**2 * shape.d_model
+    attention = 2.0 * shape.n_layers * batch_size * prompt_len**2 * shape.n_heads * shape.head_dim
     kv = footprint.kv_cache_bytes(shape, batch_size, prompt_len, kv_fmt)
-    return PhaseCost("prefill", 2.0 * matmul_params(shape) * tokens + attention,
-                     matmul_params(shape) * weight_bytes + kv, tokens, kv)
+    return PhaseCost("prefill", 2.0 * active_matmul_params(shape) * tokens + attention,
+                     moe.weight_bytes_read(shape, tokens, precision) + kv, tokens, kv)
 
 
 def decode_cost(shape: footprint.ModelShape, context_len: int, batch_size: int = 1, precision: str = "fp16",
                 kv_precision: str | None = None) -> PhaseCost:
-    """FLOP and bytes of one decode step of batch_size sequences, each attending to context_len tokens."""
-    weight_bytes, kv_fmt = _check(shape, batch_size, precision, kv_precision)
+    """FLOP and bytes of one decode step of batch_size sequences, each attending to context_len tokens.
+
+    Attention FLOP are counted over the whole context in every layer (an upper bound for sliding-window
+    layers and for MLA, whose cache the KV bytes count exactly)."""
+    _, kv_fmt = _check(shape, batch_size, precision, kv_precision)
     context_len = arguments.count("context_len", context_len, "tokens")
-    attn_flops, attn_bytes = roofline.flops_bytes_attention_decode(
-        context_len, shape.head_dim, shape.n_heads, bytes_per_element=formats.bytes_per_weight(kv_fmt),
-        n_kv_heads=shape.n_kv_heads)
+    per_value = formats.bytes_per_weight(kv_fmt)
+    attn_flops, _ = roofline.flops_bytes_attention_decode(
+        context_len, shape.head_dim, shape.n_heads, bytes_per_element=per_value, n_kv_heads=shape.n_kv_heads)
     kv = footprint.kv_cache_bytes(shape, batch_size, context_len, kv_fmt)
-    flops = batch_size * (2.0 * matmul_params(shape) + shape.n_layers * attn_flops)
-    traffic = matmul_params(shape) * weight_bytes + batch_size * shape.n_layers * attn_bytes
+    q_and_out = batch_size * shape.n_layers * 2 * shape.n_heads * shape.head_dim * per_value
+    flops = batch_size * (2.0 * active_matmul_params(shape) + shape.n_layers * attn_flops)
+    traffic = moe.weight_bytes_read(shape, batch_size, precision) + kv + q_and_out
     return PhaseCost("decode", flops, traffic, batch_size, kv)
 
 

@@ -6,8 +6,12 @@ units (SIMD, CUDA cores, shaders) and fp32_matrix_tflops on matrix units that ta
 Neuron), which is where a matmul runs when the vendor lists it. memory_gib is GiB (2**30 bytes): vendors' "GB"
 of DRAM or HBM capacity are binary, the memory chips come in powers of two. bandwidth_gbs is GB/s (1e9 bytes
 per second), as vendors compute it from transfer rates. An empty cell means the vendor gives no figure.
+interconnect_gbs is the chip's link to other chips of its kind (NVLink, PCIe where a card has nothing faster,
+Google's ICI, AMD's Infinity Fabric), GB/s per chip with both directions summed, as vendors quote it: a chip
+sends at half of it (`interconnect_one_way_gbs`).
 
-Every row carries its source URL and the date it was read; every price its own URL and date. Derived numbers
+Every row carries its source URL and the date it was read; every price and interconnect figure its own URL
+and date. Derived numbers
 (FLOP/s from TFLOPS, bytes from GiB, ridge point, price per chip from an instance's price) are computed here,
 never typed into the table.
 """
@@ -28,14 +32,14 @@ from hwopt.data import DATA_DIR
 
 CHIPS_CSV = DATA_DIR / "chips.csv"
 KINDS = ("cpu", "gpu", "tpu", "accelerator")
-PEAK_COLUMNS = ("fp32_tflops", "fp32_matrix_tflops", "fp16_tflops", "bf16_tflops", "fp8_tflops", "fp4_tflops",
-                "int8_tops", "int4_tops")
+PEAK_COLUMNS = ("fp32_tflops", "fp32_matrix_tflops", "fp16_tflops", "bf16_tflops", "fp8_tflops",
+                "mxfp4_tflops", "nvfp4_tflops", "int8_tops", "int4_tops")
 # A format column's twin on matrix units, where the table has one (a matmul runs there when it is given).
 MATRIX_COLUMNS = {"fp32_tflops": "fp32_matrix_tflops"}
 UNPACKED_TO = ("int8", "fp16", "bf16", "fp32")  # where sub-byte integer weights are computed, best first
-NUMBER_COLUMNS = (*PEAK_COLUMNS, "memory_gib", "bandwidth_gbs", "tdp_w", "instance_price_per_hour_usd",
-                  "chips_per_instance")
-DATE_COLUMNS = ("read_date", "price_read_date")
+NUMBER_COLUMNS = (*PEAK_COLUMNS, "memory_gib", "bandwidth_gbs", "interconnect_gbs", "tdp_w",
+                  "instance_price_per_hour_usd", "chips_per_instance")
+DATE_COLUMNS = ("read_date", "price_read_date", "interconnect_read_date")
 
 
 @dataclass(frozen=True)
@@ -51,17 +55,22 @@ class Chip:
     fp16_tflops: float | None
     bf16_tflops: float | None
     fp8_tflops: float | None
-    fp4_tflops: float | None
+    mxfp4_tflops: float | None
+    nvfp4_tflops: float | None
     int8_tops: float | None
     int4_tops: float | None
     memory_gib: float | None
     bandwidth_gbs: float
+    interconnect: str  # the chip-to-chip link: 'NVLink 4', 'PCIe 4.0 x16', 'ICI', 'Infinity Fabric', ...
+    interconnect_gbs: float | None  # its GB/s per chip, both directions summed as vendors quote it
     tdp_w: float | None
     price_instance: str
     instance_price_per_hour_usd: float | None
     chips_per_instance: float | None
     price_source_url: str
     price_read_date: str
+    interconnect_source_url: str
+    interconnect_read_date: str
     source_url: str
     read_date: str
     notes: str
@@ -72,6 +81,11 @@ class Chip:
         if self.instance_price_per_hour_usd is None:
             return None
         return self.instance_price_per_hour_usd / (self.chips_per_instance or 1)
+
+    @property
+    def interconnect_one_way_gbs(self) -> float | None:
+        """GB/s the chip sends to other chips in one direction: interconnect_gbs / 2 (None if not listed)."""
+        return None if self.interconnect_gbs is None else self.interconnect_gbs / 2
 
     @property
     def memory_bytes(self) -> float | None:
@@ -185,6 +199,10 @@ def _load(path: str) -> tuple[Chip, ...]:
         values.update({c: _date(row, c, path) for c in DATE_COLUMNS})
         if values["bandwidth_gbs"] is None:
             raise ValueError(f"{path}: {row['name']!r} needs bandwidth_gbs")
+        link = ("interconnect", "interconnect_source_url", "interconnect_read_date")
+        if values["interconnect_gbs"] is not None and not all(values[c] for c in link):
+            raise ValueError(f"{path}: {row['name']!r} gives interconnect_gbs without its interconnect, "
+                             "interconnect_source_url and interconnect_read_date")
         if values["kind"] not in KINDS:
             raise ValueError(f"{path}: kind of {row['name']!r} must be one of {KINDS}; "
                              f"got {values['kind']!r}")

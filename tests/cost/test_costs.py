@@ -66,9 +66,12 @@ def test_each_format_uses_its_own_peak_and_only_sub_byte_integers_fall_back():
     hopper = chip("H", fp16=100.0, bf16_tflops=100.0, fp8_tflops=200.0)
     assert hopper.peak("fp8_e4m3")[0] == pytest.approx(200e12)
     assert hopper.peak("nvfp4")[0] is None
-    blackwell = chip("B", bf16_tflops=100.0, fp8_tflops=200.0, fp4_tflops=400.0)
+    blackwell = chip("B", bf16_tflops=100.0, fp8_tflops=200.0, mxfp4_tflops=400.0, nvfp4_tflops=400.0)
     assert blackwell.peak("nvfp4")[0] == pytest.approx(400e12)
     assert blackwell.peak("mxfp4")[0] == pytest.approx(400e12)
+    cdna4 = chip("C", bf16_tflops=100.0, fp8_tflops=200.0, mxfp4_tflops=400.0)  # MXFP4 units only
+    assert cdna4.peak("mxfp4")[0] == pytest.approx(400e12)
+    assert cdna4.peak("nvfp4")[0] is None
     assert chip("N", fp32=None).peak("fp32")[0] is None
     assert chip("N", fp32=None).peak("fp32")[1] == "no FLOP/s published (bandwidth and memory only)"
 
@@ -99,7 +102,10 @@ def test_real_table_prices_fp8_on_hopper_and_fp4_on_blackwell():
     fp4 = {r.chip for r in costs.estimate(70e9, 256, "nvfp4")}
     assert {"NVIDIA B200", "NVIDIA B300", "NVIDIA GB200", "NVIDIA RTX 5090"} <= fp4
     assert "NVIDIA H100 SXM" not in fp4
-    assert dict(costs.skipped("nvfp4"))["NVIDIA H100 SXM"] == "no fp4_tflops in the chip table"
+    assert dict(costs.skipped("nvfp4"))["NVIDIA H100 SXM"] == "no nvfp4_tflops in the chip table"
+    # AMD's MI355X computes MXFP4, not NVFP4: ranked at mxfp4, skipped at nvfp4
+    assert "AMD Instinct MI355X" in {r.chip for r in costs.estimate(70e9, 256, "mxfp4")}
+    assert dict(costs.skipped("nvfp4"))["AMD Instinct MI355X"] == "no nvfp4_tflops in the chip table"
 
 
 def test_best_chip_skips_unpriced_and_too_small_chips():

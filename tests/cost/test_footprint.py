@@ -1,5 +1,7 @@
 """cost.footprint: parameters from shapes, weights/KV/activation formulas, fits and max batch, widget."""
 
+import csv
+
 import pytest
 
 from hwopt import widgets
@@ -131,3 +133,76 @@ def test_memory_explorer_redraws(monkeypatch):
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# --- the shapes of 2026: MoE, MLA, sliding windows, and the counts their publishers state ------------------
+
+NEW_MODELS = ("Llama-3.1-70B", "Llama-3.1-405B", "Qwen3-32B", "Qwen3-30B-A3B", "Qwen3-235B-A22B",
+              "Mixtral-8x7B-v0.1", "DeepSeek-V3", "gpt-oss-120b", "gpt-oss-20b")
+
+
+def test_current_models_are_in_the_table_with_sources_and_published_counts():
+    shapes = {s.name: s for s in footprint.load_shapes()}
+    assert set(NEW_MODELS) <= set(shapes)
+    for name in NEW_MODELS:
+        s = shapes[name]
+        assert s.source_url.startswith("https://") and s.source_url.endswith("config.json"), name
+        assert s.params_source_url.startswith("https://") and s.total_params_b, name
+        assert (s.active_params_b is not None) == s.is_moe, f"{name}: a MoE states its active parameters"
+    assert {s.attention for s in shapes.values()} == {"MHA", "GQA", "MLA"}
+    moe = ["Qwen3-30B-A3B", "Qwen3-235B-A22B", "Mixtral-8x7B-v0.1", "DeepSeek-V3", "gpt-oss-120b",
+           "gpt-oss-20b"]
+    assert [s.name for s in shapes.values() if s.is_moe] == moe
+
+
+def test_counts_computed_from_the_shapes_agree_with_what_the_publishers_state():
+    with open(footprint.SHAPES_CSV, encoding="utf-8") as f:
+        notes = {r["name"]: r["notes"] for r in csv.DictReader(f)}
+    for s in footprint.load_shapes():
+        if s.total_params_b is None:
+            continue
+        assert s.n_params / 1e9 == pytest.approx(s.total_params_b, rel=0.02), s.name
+        if s.active_params_b is not None:  # OpenAI's count leaves out the input embedding table, others not
+            left_out = s.vocab_size * s.d_model if "leaves out the input embedding" in notes[s.name] else 0
+            assert (s.active_params - left_out) / 1e9 == pytest.approx(s.active_params_b, rel=0.03), s.name
+        assert s.active_params <= s.n_params and (s.active_params == s.n_params) == (not s.is_moe)
+
+
+def test_moe_mla_and_sliding_window_formulas_by_hand():
+    mixtral = footprint.get_shape("Mixtral-8x7B-v0.1")
+    per_layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 8 * 3 * 4096 * 14336 + 4096 * 8
+    assert mixtral.n_params == 32 * per_layer + 2 * 32000 * 4096
+    assert mixtral.n_params - mixtral.active_params == 32 * 6 * 3 * 4096 * 14336  # 6 of 8 experts idle
+    deepseek = footprint.get_shape("DeepSeek-V3")  # MLA: 512 latent + 64 rope values per token and layer
+    assert deepseek.attention == "MLA" and deepseek.kv_values_per_token_layer == 576
+    assert footprint.kv_cache_bytes(deepseek, 1, 1, "bf16") == 576 * 61 * 2  # 70,272 bytes, not 4 MB of MHA
+    oss = footprint.get_shape("gpt-oss-120b")  # 18 of 36 layers keep only the last 128 tokens
+    assert footprint.kv_cache_bytes(oss, 2, 100) == 2 * 8 * 64 * 36 * 100 * 2 * 2
+    assert footprint.kv_cache_bytes(oss, 2, 32768) == 2 * 8 * 64 * (18 * 32768 + 18 * 128) * 2 * 2
+    qwen = footprint.get_shape("Qwen3-32B")  # head_dim 128: the query heads are wider than d_model
+    assert qwen.head_dim == 128 and qwen.attention_params == 2 * 5120 * 8192 + 2 * 5120 * 1024
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"n_experts": 8, "experts_per_token": 9, "d_ff_expert": 16}, "experts_per_token"),
+    ({"n_experts": 8, "experts_per_token": 2}, "d_ff_expert"),
+    ({"experts_per_token": 2}, "need n_experts"),
+    ({"sliding_window": 128}, "together"),
+    ({"n_sliding_layers": 3}, "n_sliding_layers"),
+    ({"head_dim": -1}, "head_dim"),
+    ({"total_params_b": float("nan")}, "total_params_b"),
+    ({"kv_lora_rank": 1.5}, "kv_lora_rank"),
+])
+def test_bad_moe_mla_and_window_fields(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        footprint.ModelShape("x", 2, 8, 2, 1, 16, 10, **kwargs)
+
+
+def test_a_bad_cell_in_the_shape_table_is_named(tmp_path):
+    with open(footprint.SHAPES_CSV, encoding="utf-8") as f:
+        header, *lines = f.readlines()
+    row = next(line for line in lines if line.startswith("DeepSeek-V3,"))
+    bad = tmp_path / "shapes.csv"
+    bad.write_text(header + row.replace(",512,1536,", ",lots,1536,", 1))
+    with pytest.raises(ValueError, match="kv_lora_rank of 'DeepSeek-V3' must be a number"):
+        footprint.load_shapes(bad)

@@ -88,9 +88,10 @@ def test_units_are_plausible_for_the_kind():
 def test_dense_peaks_are_ordered_by_bits():
     """Narrower formats run at least as fast: fp4 >= fp8 >= bf16, int4 >= int8, and fp16 >= fp32 on GPUs."""
     for r in ROWS:
-        chain = [(c, number(r, c)) for c in ("fp4_tflops", "fp8_tflops", "bf16_tflops") if r[c]]
-        for (narrow_col, narrow), (wide_col, wide) in zip(chain, chain[1:], strict=False):
-            assert narrow >= wide, (r["name"], narrow_col, wide_col)
+        for fp4 in ("mxfp4_tflops", "nvfp4_tflops"):
+            chain = [(c, number(r, c)) for c in (fp4, "fp8_tflops", "bf16_tflops") if r[c]]
+            for (narrow_col, narrow), (wide_col, wide) in zip(chain, chain[1:], strict=False):
+                assert narrow >= wide, (r["name"], narrow_col, wide_col)
         if r["int4_tops"] and r["int8_tops"]:
             assert number(r, "int4_tops") >= number(r, "int8_tops"), r["name"]
         if r["kind"] == "gpu" and r["fp16_tflops"] and r["fp32_tflops"]:
@@ -224,6 +225,67 @@ def test_each_format_reads_its_own_column():
     assert h100.peak_flops("fp8_e4m3") == 1978.9e12 and not h100.has_peak_column("nvfp4")
     assert b200.peak_flops("nvfp4") == b200.peak_flops("mxfp4") == 9000e12
     assert specs.get_chip("A100").peak_column("bf16") == "bf16_tflops"
+    mi355x = specs.get_chip("MI355X")  # CDNA 4 scales blocks of 32 by E8M0: MXFP4, not NVFP4
+    assert mi355x.peak_column("mxfp4") == "mxfp4_tflops" and not mi355x.has_dtype("nvfp4")
+
+
+def test_the_format_table_and_the_chip_table_agree_on_fp4():
+    """A chip lists an MXFP4 or NVFP4 peak exactly when formats.py names its family as computing it."""
+    for name in ("mxfp4", "nvfp4"):
+        fmt = formats.get(name)
+        listed = fmt.native_on.replace(")", "(").split("(")[1::2]  # 'B200, B300, RTX 50'
+        families = [f.strip() for part in listed for f in part.split(",")]
+        families += [f.split()[-1] for f in fmt.native_on.split(", ") if "(" not in f]  # 'AMD MI355X'
+        for r in ROWS:
+            native = any(family in r["name"] for family in families)
+            assert bool(r[fmt.peak_column]) == native, (name, r["name"], families)
+    assert "MI355X" in formats.get("mxfp4").native_on and "MI355X" not in formats.get("nvfp4").native_on
+
+
+def test_zen_4_cpus_list_their_avx512_bf16_peak_at_twice_fp32():
+    zen4 = [r for r in ROWS if "Zen 4" in r["notes"]]
+    assert len(zen4) >= 3
+    for r in zen4:
+        assert number(r, "bf16_tflops") == pytest.approx(2 * number(r, "fp32_tflops")), r["name"]
+    with_bf16 = [r["name"] for r in ROWS if r["kind"] == "cpu" and r["bf16_tflops"]]
+    assert len(with_bf16) > len([r for r in ROWS if r["kind"] == "cpu"]) / 2  # most CPUs in the table
+
+
+def test_every_interconnect_figure_is_named_sourced_dated_and_plausible():
+    linked = [r for r in ROWS if r["interconnect_gbs"]]
+    kinds = {r["interconnect"].split()[0] for r in linked}
+    assert {"NVLink", "PCIe", "ICI", "Infinity"} <= kinds, kinds
+    for r in linked:
+        assert r["interconnect"] and r["interconnect_source_url"].startswith("https://"), r["name"]
+        assert dt.date.fromisoformat(r["interconnect_read_date"]) <= dt.date.today(), r["name"]
+        assert 10 <= float(r["interconnect_gbs"]) <= 10_000, (r["name"], "GB/s per chip expected")
+        assert float(r["interconnect_gbs"]) < float(r["bandwidth_gbs"]), r["name"]  # slower than memory
+    for r in ROWS:
+        if not r["interconnect_gbs"]:
+            link = ("interconnect", "interconnect_source_url", "interconnect_read_date")
+            assert not any(r[c] for c in link), r["name"]
+    for r in linked:  # figures computed from links or ports: the column agrees with the product in the notes
+        links = re.search(r"= (\d+) links x ([\d.]+) GB/s", r["notes"])
+        ports = re.search(r"= (\d+) ports x (\d+) Gb/s x 2 directions / 8", r["notes"])
+        if links:
+            assert float(r["interconnect_gbs"]) == pytest.approx(int(links[1]) * float(links[2])), r["name"]
+        if ports:
+            per_chip = int(ports[1]) * int(ports[2]) * 2 / 8
+            assert float(r["interconnect_gbs"]) == pytest.approx(per_chip), r["name"]
+    h100 = specs.get_chip("H100 SXM")
+    assert h100.interconnect == "NVLink 4" and h100.interconnect_one_way_gbs == 450
+    assert specs.get_chip("EPYC 7763").interconnect_one_way_gbs is None
+
+
+def test_an_interconnect_figure_without_its_source_is_refused(tmp_path):
+    with open(specs.CHIPS_CSV, encoding="utf-8") as f:
+        header, *lines = f.readlines()
+    h100 = next(line for line in lines if line.startswith("NVIDIA H100 SXM,"))
+    bad = tmp_path / "bad.csv"
+    source = ",https://www.nvidia.com/en-us/data-center/h100/,2026-12-03,"
+    bad.write_text(header + h100.replace(source, ",,,", 1))
+    with pytest.raises(ValueError, match="interconnect_source_url"):
+        specs.load_chips(bad)
 
 
 def test_fp32_matmuls_use_matrix_units_where_the_vendor_lists_them():

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hwopt import arguments, formats, plots
-from hwopt.cost import costs, footprint, phases
+from hwopt.cost import footprint, phases
 from hwopt.machine import specs
 
 __all__ = ["kv_transfer_s", "prefill_s", "breakeven_link_gbs", "Handoff", "compare", "plot_handoff"]
@@ -37,9 +37,7 @@ def prefill_s(shape: footprint.ModelShape, prompt_len: int, chip, precision: str
               kv_precision: str | None = None) -> float:
     """Roofline seconds of one prompt's prefill on a chip of the table: max(FLOP / peak, bytes / GB/s)."""
     chip = arguments.instance("chip", chip, specs.Chip)
-    peak = costs.peak_flops(chip, precision)
-    if peak is None:
-        raise ValueError(f"precision {precision!r}: {chip.name} has {costs.peak_basis(chip, precision)}")
+    peak = chip.peak_flops(precision)
     return phases.prefill_cost(shape, prompt_len, 1, precision, kv_precision).time_s(peak, chip.bandwidth_gbs)
 
 
@@ -49,9 +47,7 @@ def breakeven_link_gbs(shape: footprint.ModelShape, chip, precision: str = "bf16
     KV bytes per token * peak FLOP/s / (2 * active matmul parameters) (attention's FLOP, which only favour
     sending, left out)."""
     chip = arguments.instance("chip", chip, specs.Chip)
-    peak = costs.peak_flops(chip, precision)
-    if peak is None:
-        raise ValueError(f"precision {precision!r}: {chip.name} has {costs.peak_basis(chip, precision)}")
+    peak = chip.peak_flops(precision)
     kv_precision = formats.get(kv_precision, argument="kv_precision").name
     per_token = footprint.kv_cache_bytes(shape, 1, 1, kv_precision)
     return per_token * peak / (2.0 * phases.active_matmul_params(shape)) / 1e9

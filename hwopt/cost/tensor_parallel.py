@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 
 from hwopt import arguments, formats, plots, widgets
-from hwopt.cost import communication, costs, footprint, phases
+from hwopt.cost import communication, footprint, phases
 from hwopt.machine import specs
 
 __all__ = ["TP_DEGREES", "degrees", "memory_per_chip_bytes", "smallest_tp", "sizing_table", "DecodeBound",
@@ -65,8 +65,8 @@ def memory_per_chip_bytes(shape: footprint.ModelShape, tp: int, context_len: int
     tp = _tp(shape, tp)
     context_len = arguments.count("context_len", context_len, "tokens")
     batch_size = arguments.count("batch_size", batch_size, "batch")
-    kv_format = footprint.kv_format(precision, kv_precision)
-    kv = footprint.kv_cache_bytes(shape, batch_size, context_len, kv_format)
+    kv_precision = footprint.kv_precision_for(precision, kv_precision)
+    kv = footprint.kv_cache_bytes(shape, batch_size, context_len, kv_precision)
     return footprint.weights_bytes(shape, precision) / tp + kv / _kv_split(shape, tp)
 
 
@@ -163,9 +163,7 @@ def decode_bound(shape: footprint.ModelShape, chip, tp: int, context_len: int, b
     shape, chip = _shape(shape), _chip(chip)
     tp = _tp(shape, tp)
     step = phases.decode_cost(shape, context_len, batch_size, precision, kv_precision)
-    peak = costs.peak_flops(chip, precision)
-    if peak is None:
-        raise ValueError(f"precision {precision!r}: {chip.name} has {costs.peak_basis(chip, precision)}")
+    peak = chip.peak_flops(precision)
     memory_s = ((step.bytes - step.kv_bytes) / tp + step.kv_bytes / _kv_split(shape, tp)) / (
         chip.bandwidth_gbs * 1e9)
     communication_s = 0.0

@@ -226,7 +226,7 @@ def test_each_format_reads_its_own_column():
     assert b200.peak_flops("nvfp4") == b200.peak_flops("mxfp4") == 9000e12
     assert specs.get_chip("A100").peak_column("bf16") == "bf16_tflops"
     mi355x = specs.get_chip("MI355X")  # CDNA 4 scales blocks of 32 by E8M0: MXFP4, not NVFP4
-    assert mi355x.peak_column("mxfp4") == "mxfp4_tflops" and not mi355x.has_dtype("nvfp4")
+    assert mi355x.peak_column("mxfp4") == "mxfp4_tflops" and not mi355x.has_peak_column("nvfp4")
 
 
 def test_the_format_table_and_the_chip_table_agree_on_fp4():

@@ -97,6 +97,8 @@ def read_config(folder: Path) -> LlamaConfig:
 
 def hf_config(config: LlamaConfig, dtype: str = "bfloat16") -> dict:
     """config.json's fields for a LlamaConfig (transformers 4 and 5 both read them)."""
+    arguments.instance("config", config, LlamaConfig)
+    arguments.one_of("dtype", dtype, ("float32", "float16", "bfloat16"))
     fields = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": config.vocab_size,
         "hidden_size": config.d_model, "intermediate_size": config.hidden,
@@ -117,7 +119,7 @@ def hf_config(config: LlamaConfig, dtype: str = "bfloat16") -> dict:
 def save(model: Llama, folder: Path | str, dtype=torch.bfloat16) -> Path:
     """model's config.json and model.safetensors (in dtype, tied head stored once) into folder."""
     arguments.instance("model", model, Llama)
-    folder = Path(folder)
+    folder = Path(arguments.instance("folder", folder, (str, Path)))
     folder.mkdir(parents=True, exist_ok=True)
     state = {_PREFIX + name: t.detach().to("cpu", dtype).contiguous()
              for name, t in model.state_dict().items()
@@ -160,6 +162,7 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
 
 def load(model="target", device="cpu", dtype=torch.float32) -> Llama:
     """A Llama with the weights of `model` (see resolve), on device, in dtype, in eval mode."""
+    device = bench.resolve_device(device)
     folder = resolve(model)
     config = read_config(folder)
     tensors = read_weights(folder)
@@ -182,4 +185,4 @@ def load(model="target", device="cpu", dtype=torch.float32) -> Llama:
     if config.tie_embeddings:
         net.lm_head.weight = net.embed_tokens.weight
     net.inv_freq = rope_frequencies(config)
-    return net.to(bench.resolve_device(device), dtype).eval()
+    return net.to(device, dtype).eval()

@@ -48,6 +48,12 @@ class Document:
         return hashlib.sha256(self.text.encode()).hexdigest()
 
 
+def _check_documents(name: str, docs) -> None:
+    arguments.instance(name, docs, (list, tuple))
+    for i, doc in enumerate(docs):
+        arguments.instance(f"{name}[{i}]", doc, Document)
+
+
 def stdlib_root() -> Path:
     """The running interpreter's standard library folder."""
     return Path(sysconfig.get_paths()["stdlib"])
@@ -55,6 +61,9 @@ def stdlib_root() -> Path:
 
 def documents(root: Path | str | None = None) -> list[Document]:
     """Every kept .py file under root (default: this interpreter's standard library), sorted by path."""
+    if root is not None:
+        arguments.instance("root", root, (str, Path))
+        arguments.text("root", str(root))
     root = Path(root) if root is not None else stdlib_root()
     if not root.is_dir():
         raise ValueError(f"root must be a folder of Python source; got {str(root)!r}")
@@ -77,17 +86,21 @@ def documents(root: Path | str | None = None) -> list[Document]:
 
 def is_validation(module: str) -> bool:
     """Whether a top-level module belongs to the validation split (a hash of its name)."""
+    arguments.text("module", module)
     return hashlib.sha256(module.encode()).digest()[0] < VALIDATION_SHARE * 256
 
 
 def split(docs: list[Document]) -> tuple[list[Document], list[Document]]:
     """(train, validation) by top-level module."""
+    _check_documents("docs", docs)
     train = [d for d in docs if not is_validation(d.module)]
     return train, [d for d in docs if is_validation(d.module)]
 
 
 def manifest(train: list[Document], validation: list[Document]) -> dict:
     """What a corpus holds: Python version, and per split its files (path, bytes, sha256) and totals."""
+    _check_documents("train", train)
+    _check_documents("validation", validation)
     def describe(docs):
         return {"files": len(docs), "bytes": sum(d.nbytes for d in docs),
                 "modules": sorted({d.module for d in docs}),
@@ -102,6 +115,7 @@ def manifest(train: list[Document], validation: list[Document]) -> dict:
 
 def write_validation(docs: list[Document], path: Path | str) -> None:
     """The documents as one text file, EOS between them."""
+    _check_documents("docs", docs)
     Path(path).write_text(EOS.join(d.text for d in docs), encoding="utf-8")
 
 
@@ -114,5 +128,6 @@ def read_validation(path: Path | str) -> list[str]:
 
 
 def write_manifest(info: dict, path: Path | str) -> None:
+    """info (corpus.manifest's) as JSON at path."""
     arguments.instance("info", info, dict)
     Path(path).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")

@@ -17,6 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from hwopt import arguments
+from hwopt.machine import bench
 
 __all__ = ["LlamaConfig", "Llama", "KVCache"]
 
@@ -48,6 +49,13 @@ class LlamaConfig:
         arguments.positive("rope_theta", self.rope_theta)
         arguments.positive("norm_eps", self.norm_eps)
         arguments.boolean("tie_embeddings", self.tie_embeddings)
+        arguments.instance("rope_llama3", self.rope_llama3, tuple)
+        if self.rope_llama3:
+            if len(self.rope_llama3) != 4:
+                raise ValueError("rope_llama3 must be (factor, low_freq_factor, high_freq_factor, "
+                                 f"original_max_seq_len); got {self.rope_llama3!r}")
+            for i, value in enumerate(self.rope_llama3):
+                arguments.positive(f"rope_llama3[{i}]", value)
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
         if not self.head_dim and self.d_model % self.n_heads:
@@ -104,7 +112,9 @@ class KVCache:
 
     def __init__(self, config: LlamaConfig, batch_size: int = 1, max_len: int | None = None,
                  device="cpu", dtype=torch.float32):
+        arguments.instance("config", config, LlamaConfig)
         batch_size = arguments.count("batch_size", batch_size, "batch")
+        device = bench.resolve_device(device)
         max_len = config.max_seq_len if max_len is None else max_len
         self.max_len = arguments.count("max_len", max_len, "tokens")
         shape = (batch_size, config.n_kv_heads, self.max_len, config.dim_per_head)
@@ -215,6 +225,7 @@ class Llama(nn.Module):
 
     def parameter_count(self, embeddings: bool = True) -> int:
         """Parameters, a tied head counted once; without the embedding table if embeddings=False."""
+        arguments.boolean("embeddings", embeddings)
         total = sum(p.numel() for p in self.parameters())
         return total if embeddings else total - self.embed_tokens.weight.numel()
 
@@ -248,6 +259,11 @@ class Llama(nn.Module):
     @torch.no_grad()
     def generate(self, tokens, max_new_tokens: int, temperature: float = 0.0, seed: int = 0):
         """tokens (batch, seq) followed by max_new_tokens more: greedy at temperature 0, else sampled."""
+        arguments.finite_array("tokens", tokens, ndim=2, integer=True, minimum=0,
+                               maximum=self.config.vocab_size - 1)
+        if not isinstance(tokens, torch.Tensor):
+            raise ValueError(f"tokens must be a tensor of token ids (batch, seq); "
+                             f"got {type(tokens).__name__}")
         max_new_tokens = arguments.count("max_new_tokens", max_new_tokens, "tokens")
         temperature = arguments.positive("temperature", temperature, allow_zero=True)
         seed = arguments.count("seed", seed, "seed", minimum=0)

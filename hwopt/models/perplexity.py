@@ -16,12 +16,17 @@ from hwopt import arguments
 __all__ = ["windows", "mean_loss", "unigram_perplexity"]
 
 
+def _check_stream(name: str, stream, vocab_size: int | None = None) -> None:
+    """A 1-D int tensor of token ids (each below vocab_size if given)."""
+    arguments.instance(name, stream, torch.Tensor)
+    maximum = None if vocab_size is None else vocab_size - 1
+    arguments.finite_array(name, stream, ndim=1, integer=True, minimum=0, maximum=maximum)
+
+
 def windows(stream: torch.Tensor, seq_len: int, max_windows: int | None = None) -> torch.Tensor:
     """(n, seq_len + 1) windows of a 1-D token stream, non-overlapping, the tail that fills none dropped."""
-    arguments.instance("stream", stream, torch.Tensor)
+    _check_stream("stream", stream)
     seq_len = arguments.count("seq_len", seq_len, "tokens")
-    if stream.dim() != 1:
-        raise ValueError(f"stream must be a 1-D tensor of token ids; got shape {tuple(stream.shape)}")
     n = (len(stream) - 1) // seq_len
     if max_windows is not None:
         n = min(n, arguments.count("max_windows", max_windows, "items"))
@@ -36,6 +41,7 @@ def mean_loss(model, stream: torch.Tensor, seq_len: int, max_windows: int | None
     """Mean next-token cross-entropy (nats per token) of model (tokens (b, s) -> logits (b, s, vocab)) over
     the windows of stream."""
     batch_size = arguments.count("batch_size", batch_size, "batch")
+    progress = arguments.boolean("progress", progress)
     chunks = windows(stream, seq_len, max_windows)
     device = next(model.parameters()).device
     total, count = 0.0, 0
@@ -51,6 +57,8 @@ def unigram_perplexity(train_stream: torch.Tensor, stream: torch.Tensor, vocab_s
     """Perplexity on stream of token frequencies counted on train_stream (add-one smoothing): the baseline a
     model that ignores context reaches."""
     vocab_size = arguments.count("vocab_size", vocab_size, "dimension")
+    _check_stream("train_stream", train_stream, vocab_size)
+    _check_stream("stream", stream, vocab_size)
     counts = torch.bincount(train_stream, minlength=vocab_size).double() + 1.0
     log_p = (counts / counts.sum()).log()
     return math.exp(-log_p[stream].mean().item())

@@ -25,6 +25,7 @@ VOCAB_SIZE = 4096
 def train(texts, vocab_size: int = VOCAB_SIZE):
     """A byte-level BPE tokenizers.Tokenizer with vocab_size tokens (EOS is id 0) learnt from texts."""
     vocab_size = arguments.between("vocab_size", vocab_size, 300, 1 << 20, integer=True)
+    _check_texts(texts)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
@@ -32,6 +33,12 @@ def train(texts, vocab_size: int = VOCAB_SIZE):
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, trainer=trainer)
     return tok
+
+
+def _check_texts(texts) -> None:
+    arguments.instance("texts", texts, (list, tuple))
+    for i, text in enumerate(texts):
+        arguments.instance(f"texts[{i}]", text, str)
 
 
 def load(path: Path | str):
@@ -52,6 +59,7 @@ def encode_documents(tokenizer, texts, eos_id: int | None = None) -> torch.Tenso
                                                                              minimum=0)
     if eos is None:
         raise ValueError(f"tokenizer must have the special token {EOS!r} (or give eos_id)")
+    _check_texts(texts)
     ids = []
     for encoding in tokenizer.encode_batch(list(texts), add_special_tokens=False):
         ids.extend(encoding.ids)

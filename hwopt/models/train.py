@@ -29,7 +29,7 @@ from hwopt.machine import bench
 from hwopt.models import checkpoint, corpus, perplexity, tokenizer
 from hwopt.models.llama import Llama, LlamaConfig
 
-__all__ = ["SIZES", "TrainConfig", "prepare", "train", "main"]
+__all__ = ["SIZES", "TrainConfig", "prepare", "train", "publish", "plot_loss_curve", "main"]
 
 # dims are multiples of 256 so that every GGUF format (Q4_K's 256-value super-blocks) quantizes every matrix
 SIZES: dict[str, LlamaConfig] = {
@@ -74,6 +74,7 @@ class TrainConfig:
         arguments.positive("weight_decay", self.weight_decay, allow_zero=True)
         arguments.count("seed", self.seed, "seed", minimum=0)
         arguments.count("threads", self.threads, "threads", minimum=0)
+        bench.resolve_device(self.device)
         arguments.precision("precision", self.precision, ("fp32", "bf16"))
         arguments.count("eval_every", self.eval_every, "items")
         arguments.count("eval_windows", self.eval_windows, "batch")
@@ -93,6 +94,8 @@ def prepare(root=None, out: Path = checkpoint.WEIGHTS_DIR) -> None:
 
 def learning_rate(step: int, config: TrainConfig) -> float:
     """Linear warm-up over warmup_steps, then cosine from lr down to lr / 10 at the last step."""
+    step = arguments.count("step", step, "items", minimum=0)
+    arguments.instance("config", config, TrainConfig)
     if step < config.warmup_steps:
         return config.lr * (step + 1) / config.warmup_steps
     progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
@@ -101,6 +104,13 @@ def learning_rate(step: int, config: TrainConfig) -> float:
 
 def batch(stream: torch.Tensor, step: int, config: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """(inputs, targets) each (batch_size, seq_len): windows at offsets drawn from (seed, step)."""
+    arguments.instance("stream", stream, torch.Tensor)
+    arguments.finite_array("stream", stream, ndim=1, integer=True, minimum=0)
+    step = arguments.count("step", step, "items", minimum=0)
+    arguments.instance("config", config, TrainConfig)
+    if len(stream) <= config.seq_len + 1:
+        raise ValueError(f"stream must hold more than seq_len + 1 = {config.seq_len + 1} tokens; "
+                         f"got {len(stream)}")
     generator = torch.Generator().manual_seed(config.seed * 1_000_003 + step)
     starts = torch.randint(0, len(stream) - config.seq_len - 1, (config.batch_size,), generator=generator)
     windows = torch.stack([stream[s:s + config.seq_len + 1] for s in starts.tolist()])
@@ -128,7 +138,12 @@ def train(config: TrainConfig, out: Path | str, resume: bool = False, progress: 
     resume: continue from out/checkpoint.pt (ValueError if its run had another configuration).
     train_stream: the train tokens (default: the train split of this interpreter's standard library)."""
     arguments.instance("config", config, TrainConfig)
-    out = Path(out)
+    out = Path(arguments.instance("out", out, (str, Path)))
+    resume = arguments.boolean("resume", resume)
+    progress = arguments.boolean("progress", progress)
+    if train_stream is not None:
+        arguments.instance("train_stream", train_stream, torch.Tensor)
+        arguments.finite_array("train_stream", train_stream, ndim=1, integer=True, minimum=0)
     out.mkdir(parents=True, exist_ok=True)
     device = bench.resolve_device(config.device)
     if config.threads:
@@ -200,6 +215,20 @@ def train(config: TrainConfig, out: Path | str, resume: bool = False, progress: 
     return log
 
 
+def publish(run: Path | str, folder: Path | str) -> Path:
+    """Copy a finished run's weights (config.json, model.safetensors, tokenizer.json), log.json (as
+    training_log.json) and loss_curve.png into folder."""
+    run, folder = Path(run), Path(folder)
+    if not (run / "weights" / "model.safetensors").is_file():
+        raise ValueError(f"run: {str(run)!r} holds no finished run (weights/model.safetensors)")
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in (run / "weights").iterdir():
+        shutil.copy(path, folder / path.name)
+    shutil.copy(run / "log.json", folder / "training_log.json")
+    shutil.copy(run / "loss_curve.png", folder / "loss_curve.png")
+    return folder
+
+
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -215,6 +244,8 @@ def plot_loss_curve(log: dict, ax=None):
     from hwopt import plots
 
     arguments.instance("log", log, dict)
+    if not {"train", "losses", "validation", "parameters"} <= set(log):
+        raise ValueError("log must be a training log (train.train's result or a log.json)")
     per_step = log["train"]["batch_size"] * log["train"]["seq_len"]
     title = f"Training the {log['train']['size']} model ({log['parameters'] / 1e6:.1f} M parameters)"
     ax = plots.axes("tokens seen (millions)", "loss (nats per token)", title=title, ax=ax)
@@ -252,6 +283,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--checkpoint-every", type=int, default=defaults.checkpoint_every,
                         help="steps between checkpoints")
     parser.add_argument("--resume", action="store_true", help="continue from <out>/checkpoint.pt if present")
+    parser.add_argument("--publish", action="store_true",
+                        help="copy the final weights, log and loss curve into hwopt/models/weights/<size>")
     parser.add_argument("--prepare", action="store_true",
                         help="rebuild tokenizer.json, validation.txt and corpus_manifest.json first")
     args = parser.parse_args(argv)
@@ -262,7 +295,10 @@ def main(argv=None) -> dict:
                          device=args.device, threads=args.threads, precision=args.precision,
                          eval_every=args.eval_every,
                          checkpoint_every=args.checkpoint_every)
-    log = train(config, args.out or Path("runs") / args.size, resume=args.resume)
+    out = Path(args.out or Path("runs") / args.size)
+    log = train(config, out, resume=args.resume)
+    if args.publish:
+        publish(out, checkpoint.WEIGHTS_DIR / args.size)
     print(f"{config.size}: {log['parameters']:,} parameters, {log['tokens_seen']:,} tokens in "
           f"{log['wall_s']:.0f} s ({log['tokens_per_s']:.0f} tokens/s), "
           f"final validation loss {log['validation'][-1]['loss']:.3f}")

@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from hwopt import arguments
 from hwopt.machine import bench
-from hwopt.models.llama import Llama, LlamaConfig, rope_frequencies
+from hwopt.models.llama import Llama, LlamaConfig
 
 __all__ = ["WEIGHTS_DIR", "MODELS", "resolve", "read_config", "load", "save", "hf_config"]
 
@@ -184,5 +184,4 @@ def load(model="target", device="cpu", dtype=torch.float32) -> Llama:
     net.load_state_dict({k: tensors[k] for k in expected}, strict=False, assign=True)
     if config.tie_embeddings:
         net.lm_head.weight = net.embed_tokens.weight
-    net.inv_freq = rope_frequencies(config)
     return net.to(device, dtype).eval()

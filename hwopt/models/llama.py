@@ -212,7 +212,7 @@ class Llama(nn.Module):
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
-        self.register_buffer("inv_freq", rope_frequencies(config), persistent=False)
+        self._inv_freqs: dict[str, torch.Tensor] = {}  # RoPE speeds per device, fp32 whatever the weights
         self.apply(self._init)
         for name, p in self.named_parameters():  # residual outputs scaled down with depth (GPT-2's rule)
             if name.endswith(("o_proj.weight", "down_proj.weight")):
@@ -228,6 +228,12 @@ class Llama(nn.Module):
         arguments.boolean("embeddings", embeddings)
         total = sum(p.numel() for p in self.parameters())
         return total if embeddings else total - self.embed_tokens.weight.numel()
+
+    def _inv_freq(self, device) -> torch.Tensor:
+        key = str(device)
+        if key not in self._inv_freqs:
+            self._inv_freqs[key] = rope_frequencies(self.config).to(device)
+        return self._inv_freqs[key]
 
     def new_cache(self, batch_size: int = 1, max_len: int | None = None) -> KVCache:
         """An empty KVCache on this model's device and in its dtype."""
@@ -246,7 +252,7 @@ class Llama(nn.Module):
             holder = "cache" if cache is not None else "model"
             raise ValueError(f"tokens: positions {start}..{end - 1} exceed the {holder}'s {limit} positions")
         positions = torch.arange(start, end, device=tokens.device, dtype=torch.float32)
-        angles = torch.outer(positions, self.inv_freq)
+        angles = torch.outer(positions, self._inv_freq(tokens.device))
         x = self.embed_tokens(tokens)
         cos = torch.cat((angles, angles), dim=-1).cos().to(x.dtype)
         sin = torch.cat((angles, angles), dim=-1).sin().to(x.dtype)

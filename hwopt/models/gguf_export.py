@@ -190,6 +190,11 @@ def write(model: Llama, path: Path | str, tensor_type: str = "F16", tokenizer_pa
     return path
 
 
+def _float32(value) -> float:
+    """A GGUF float32 field as the decimal it was written from (1e-05, not 9.99999974738e-06)."""
+    return float(f"{float(value):.7g}")
+
+
 def _field(reader, key: str):
     field = reader.fields.get(key)
     if field is None:
@@ -221,8 +226,8 @@ def read(path: Path | str) -> tuple[LlamaConfig, dict[str, np.ndarray], dict]:
             n_kv_heads=int(_field(reader, "llama.attention.head_count_kv")),
             hidden=int(_field(reader, "llama.feed_forward_length")),
             max_seq_len=int(_field(reader, "llama.context_length")),
-            rope_theta=float(_field(reader, "llama.rope.freq_base")),
-            norm_eps=float(_field(reader, "llama.attention.layer_norm_rms_epsilon")),
+            rope_theta=_float32(_field(reader, "llama.rope.freq_base")),
+            norm_eps=_float32(_field(reader, "llama.attention.layer_norm_rms_epsilon")),
             head_dim=int(_field(reader, "llama.attention.key_length") or 0))
     except TypeError:
         raise ValueError(f"path: {str(path)!r} lacks llama hyper-parameters (llama.*) "

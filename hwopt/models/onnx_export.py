@@ -5,36 +5,17 @@ Runtime.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
-import warnings
+import copy
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from hwopt import arguments
+from hwopt.experiments import ort
 from hwopt.models.llama import Llama
 
 __all__ = ["export", "logits"]
-
-
-@contextlib.contextmanager
-def _quiet():
-    """The exporter's prints, warnings and logger chatter silenced (stderr breaks graded cells)."""
-    names = ("", "torch.onnx", "torch.export", "torch._dynamo", "onnxscript")
-    loggers = [logging.getLogger(n) for n in names]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.setLevel(level)
 
 
 def export(model: Llama, path: Path | str) -> Path:
@@ -44,21 +25,23 @@ def export(model: Llama, path: Path | str) -> Path:
     if path.suffix != ".onnx":
         raise ValueError(f"path must end in .onnx; got {str(path)!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    model = model.float().cpu().eval()
+    if any(p.dtype != torch.float32 or p.device.type != "cpu" for p in model.parameters()):
+        model = copy.deepcopy(model).float().cpu()  # the caller's model keeps its dtype and device
+    training = model.training
+    model.eval()
     example = torch.zeros(1, 8, dtype=torch.int64)
     batch, seq = torch.export.Dim("batch", min=1), torch.export.Dim("seq", min=2,
                                                                     max=model.config.max_seq_len)
-    with _quiet():
+    with ort._quiet():  # the exporter's prints and warnings would reach a graded cell's stderr
         torch.onnx.export(model, (example,), str(path), dynamo=True, external_data=False, verbose=False,
                           input_names=["tokens"], output_names=["logits"],
                           dynamic_shapes=({0: batch, 1: seq},))
+    model.train(training)
     return path
 
 
 def logits(path: Path | str, tokens, threads: int | None = None) -> np.ndarray:
     """ONNX Runtime's logits (batch, seq, vocab) fp32 for tokens (batch, seq) of the model at path."""
-    from hwopt.experiments import ort
-
     tokens = arguments.finite_array("tokens", tokens, ndim=2, integer=True, minimum=0)
     path = Path(arguments.instance("path", path, (str, Path)))
     if not path.is_file():

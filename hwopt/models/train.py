@@ -170,7 +170,11 @@ def train(config: TrainConfig, out: Path | str, resume: bool = False, progress: 
             raise ValueError(f"resume: {ckpt} is from another configuration ({state['log']['train']})")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+        previous = state["log"]["train"]["steps"]
         log = {**state["log"], "train": asdict(config)}
+        if previous != config.steps:  # a run lengthened (or shortened): its schedule changed at this step
+            log.setdefault("resumed", []).append({"at_step": log["steps_done"], "from_steps": previous,
+                                                  "to_steps": config.steps})
     autocast = torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=config.precision == "bf16")
     start = log["steps_done"]
     model.train()
@@ -209,7 +213,7 @@ def train(config: TrainConfig, out: Path | str, resume: bool = False, progress: 
                       "torch": torch.__version__, "python": platform.python_version(),
                       "threads": torch.get_num_threads()}
     (out / "log.json").write_text(json.dumps(log, indent=1) + "\n")
-    plot_loss_curve(log).figure.savefig(out / "loss_curve.png", dpi=110, bbox_inches="tight")
+    plot_loss_curve(log).savefig(out / "loss_curve.png", dpi=110, bbox_inches="tight")
     checkpoint.save(model.eval(), out / "weights")
     shutil.copy(TOKENIZER, out / "weights" / TOKENIZER.name)
     return log

@@ -17,8 +17,13 @@ from hwopt.models import checkpoint, corpus, perplexity, tokenizer
 
 __all__ = ["PROMPTS", "measure", "render", "main"]
 
-PROMPTS = ("def fibonacci(n):\n", "import os\n\n\ndef list_python_files(folder):\n",
-           "class Stack:\n    def __init__(self):\n")
+# Each prompt ends inside a line: the tokenizer joins a newline with the next line's indentation, so a prompt
+# ending in a bare newline leaves a token boundary the models rarely saw in training.
+PROMPTS = ('def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n    if',
+           'import os\n\n\ndef list_python_files(folder):\n'
+           '    """Return the .py files in folder."""\n    paths =',
+           'class Stack:\n    """A last-in, first-out list."""\n\n'
+           '    def __init__(self):\n        self')
 CARD = checkpoint.WEIGHTS_DIR / "MODEL_CARD.md"
 
 
@@ -52,6 +57,9 @@ def measure(completion_tokens: int = 48, progress: bool = True) -> dict:
                                  "config": model.config.to_dict(), "perplexity": fp32["perplexity"],
                                  "seq_len": fp32["seq_len"], "samples": samples}
     facts["formats"] = llm_accuracy.table("target", progress=progress)
+    weights = [p.detach() for p in checkpoint.load("target").parameters()]
+    rounded = sum(int((w.half().float() != w).sum()) for w in weights)
+    facts["fp16_rounded_share"] = rounded / sum(w.numel() for w in weights)
     return facts
 
 
@@ -62,7 +70,8 @@ def _row(label: str, values) -> str:
 def render(facts: dict) -> str:
     """The card's Markdown from measure()'s facts."""
     arguments.instance("facts", facts, dict)
-    if not {"models", "corpus", "formats", "unigram_perplexity", "validation_tokens"} <= set(facts):
+    if not {"models", "corpus", "formats", "unigram_perplexity", "validation_tokens",
+            "fp16_rounded_share"} <= set(facts):
         raise ValueError("facts must be model_card.measure()'s result (or the MODEL_CARD.json it wrote)")
     models = facts["models"]
     names = list(models)
@@ -133,18 +142,23 @@ def render(facts: dict) -> str:
                      f"thread); AdamW (lr {t['lr']:g}, warm-up {t['warmup_steps']} steps, cosine to a tenth, "
                      f"weight decay {t['weight_decay']:g}), seed {t['seed']}, matmuls in bf16 (autocast) "
                      "where `--precision bf16`.")
-    lines += ["", "The two trainings ran at the same time, one thread each; the loss curves are each "
+    lines += ["", "The two trainings ran side by side, one thread each; the loss curves are each "
               "folder's `loss_curve.png`.", "", "## Accuracy in each format (target)", "",
               "Weights stored in the format, computed in fp32 (weight-only), every matrix including the "
               "tied embedding table, norms in fp32; top-1 agreement is the share of positions where the "
               "format's most likely next token is fp32's. `hwopt.experiments.llm_accuracy.table('target')` "
-              "measures it.",
+              "measures it. The shipped weights are bf16 values, so bf16 stores them exactly and fp16 "
+              f"rounds only the {facts['fp16_rounded_share']:.3%} too small for its range. Each row is a "
+              "deterministic computation (no timing); another machine's BLAS may move its last digits.",
               "", "| format | bytes per weight (scales included) | validation perplexity | top-1 agreement |",
               "|---|---|---|---|"]
     for row in facts["formats"]:
         lines.append(f"| {row['precision']} | {row['bytes_per_weight']:.4f} | {row['perplexity']:.3f} | "
                      f"{row['top1_agreement']:.2%} |")
-    lines += ["", "## Greedy completions", ""]
+    lines += ["", "## Greedy completions", "",
+              "Each prompt ends inside a line: the tokenizer joins a newline with the next line's "
+              "indentation, so a prompt that ends in a bare newline asks for what follows a token the models "
+              "rarely saw there.", ""]
     for prompt in PROMPTS:
         for n in names:
             completion = prompt + models[n]["samples"][prompt]

@@ -3,9 +3,10 @@
 Next-token prediction on the train split of hwopt.models.corpus, tokenized with the shipped tokenizer (built
 first when missing, with the validation text and the manifest). Each step draws batch_size windows of seq_len
 + 1 tokens at offsets from a generator seeded by (seed, step), so a run resumed from its checkpoint sees the
-same batches as one that never stopped. AdamW, linear warm-up then cosine decay to a tenth, gradients clipped
-at 1. The output folder gets checkpoint.pt (every --checkpoint-every steps), log.json, loss_curve.png, and at
-the end the weights in Hugging Face's layout (hwopt.models.checkpoint) with tokenizer.json.
+same batches as one that never stopped, and two sizes trained with one seed see the same tokens. AdamW, linear
+warm-up then cosine decay to a tenth, gradients clipped at 1. The output folder gets checkpoint.pt (every
+--checkpoint-every steps), log.json, loss_curve.png, and at the end the weights in Hugging Face's layout
+(hwopt.models.checkpoint) with tokenizer.json.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class TrainConfig:
     """A training run: model size, steps, batch (sequences of seq_len tokens), optimizer, where and how."""
 
     size: str = "target"
-    steps: int = 1300
+    steps: int = 800
     batch_size: int = 8
     seq_len: int = 512
     lr: float = 1e-3

@@ -39,11 +39,13 @@ def test_resuming_another_configuration_is_refused(tmp_path, stream):
         train.train(other, tmp_path, resume=True, progress=False, train_stream=stream)
 
 
-def test_the_command_trains_checkpoints_and_resumes(tmp_path):
-    argv = ["--size", "tiny", "--steps", "2", "--batch-size", "2", "--seq-len", "32", "--warmup-steps", "3",
+def test_the_command_resumes_a_checkpoint_and_trains_on_the_standard_library(tmp_path, stream):
+    config = train.TrainConfig(size="tiny", steps=2, batch_size=2, seq_len=32, warmup_steps=3, eval_every=1,
+                               checkpoint_every=1, threads=1)
+    train.train(config, tmp_path, progress=False, train_stream=stream)  # the checkpoint of a broken run
+    argv = ["--size", "tiny", "--steps", "3", "--batch-size", "2", "--seq-len", "32", "--warmup-steps", "3",
             "--eval-every", "1", "--checkpoint-every", "1", "--threads", "1", "--out", str(tmp_path)]
-    train.main(argv)
-    log = train.main([*argv[:3], "3", *argv[4:], "--resume"])
+    log = train.main([*argv, "--resume"])
     assert log["steps_done"] == 3 and len(log["losses"]) == 3 and len(log["validation"]) == 3
     assert json.loads((tmp_path / "log.json").read_text())["tokens_seen"] == 3 * 2 * 32
     assert (tmp_path / "loss_curve.png").stat().st_size > 10_000

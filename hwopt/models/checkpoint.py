@@ -19,7 +19,7 @@ from hwopt import arguments
 from hwopt.machine import bench
 from hwopt.models.llama import Llama, LlamaConfig
 
-__all__ = ["WEIGHTS_DIR", "MODELS", "resolve", "read_config", "load", "save", "hf_config"]
+__all__ = ["WEIGHTS_DIR", "MODELS", "resolve", "read_config", "read_weights", "load", "save", "hf_config"]
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 MODELS = ("target", "draft")  # the course's own models, folders of WEIGHTS_DIR

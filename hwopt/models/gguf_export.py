@@ -23,7 +23,7 @@ from hwopt import arguments
 from hwopt.machine import bench
 from hwopt.models.llama import Llama, LlamaConfig
 
-__all__ = ["TYPES", "write", "read", "load"]
+__all__ = ["TYPES", "quantize_q4_k", "write", "read", "load"]
 
 TYPES = ("F16", "Q8_0", "Q4_0", "Q4_K")  # the tensor types `write` stores matrices in
 _FILE_TYPES = {"F16": "MOSTLY_F16", "Q8_0": "MOSTLY_Q8_0", "Q4_0": "MOSTLY_Q4_0", "Q4_K": "MOSTLY_Q4_K_S"}

@@ -59,6 +59,8 @@ from hwopt.experiments import (
     fake_quant,
     fusion,
     launch_overhead,
+    llm_accuracy,
+    model_card,
     moe_layer,
     outliers,
     parallel_summary,
@@ -74,7 +76,19 @@ from hwopt.experiments import (
 )
 from hwopt.kernels import lowbit_gemv, ort
 from hwopt.machine import bench, card, hardware, power, probe, specs, toolchain
-from hwopt.models import classifier, mlp, tiny_decoder
+from hwopt.models import (
+    checkpoint,
+    classifier,
+    corpus,
+    gguf_export,
+    llama,
+    mlp,
+    onnx_export,
+    perplexity,
+    tiny_decoder,
+    tokenizer,
+    train,
+)
 
 CALL_LIMIT_S = 2.0  # a bad value must be refused within this time
 VALID_LIMIT_S = 20.0  # the valid call of each function
@@ -637,6 +651,71 @@ def add_times() -> dict:
     return {n: bench.Measurement(str(n), (1e-6 + n * 1e-9,) * 3) for n in (1, 100, 10_000)}
 
 
+# ---- the course's model: small real objects -------------------------------------------------------------
+
+
+@functools.cache
+def small_config() -> llama.LlamaConfig:
+    return llama.LlamaConfig(vocab_size=tokenizer.VOCAB_SIZE, d_model=64, n_layers=1, n_heads=4, n_kv_heads=2,
+                             hidden=128, max_seq_len=64)
+
+
+@functools.cache
+def small_llama() -> llama.Llama:
+    torch.manual_seed(0)
+    return llama.Llama(small_config()).eval()
+
+
+@functools.cache
+def source_folder() -> Path:
+    """A standard library of two modules."""
+    folder = TMP / "stdlib"
+    (folder / "pkg").mkdir(parents=True, exist_ok=True)
+    (folder / "alpha.py").write_text("def alpha():\n    return 1\n")
+    (folder / "pkg" / "__init__.py").write_text("X = 2\n")
+    return folder
+
+
+def documents() -> list:
+    return corpus.documents(source_folder())
+
+
+@functools.cache
+def validation_file() -> Path:
+    corpus.write_validation(documents(), TMP / "validation.txt")
+    return TMP / "validation.txt"
+
+
+@functools.cache
+def course_tokenizer():
+    return tokenizer.load(checkpoint.WEIGHTS_DIR / "tokenizer.json")
+
+
+def tiny_training() -> train.TrainConfig:
+    return train.TrainConfig(size="tiny", steps=2, batch_size=2, seq_len=16, warmup_steps=1, eval_every=2,
+                             eval_windows=1, checkpoint_every=2)
+
+
+@functools.cache
+def finished_run() -> Path:
+    train.train(tiny_training(), TMP / "run", progress=False, train_stream=torch.arange(1, 400))
+    return TMP / "run"
+
+
+@functools.cache
+def onnx_file() -> Path:
+    return onnx_export.export(small_llama(), TMP / "small.onnx")
+
+
+@functools.cache
+def gguf_file() -> Path:
+    return gguf_export.write(small_llama(), TMP / "small.gguf", "Q8_0")
+
+
+def format_rows() -> list:
+    return [{"precision": "fp32", "bytes_per_weight": 4.0, "perplexity": 10.0, "top1_agreement": 1.0}]
+
+
 def within(module: str, calls: dict) -> dict:
     """The calls of one module, keyed 'module.name'."""
     return {f"{module}.{name}": c for name, c in calls.items()}
@@ -1042,7 +1121,6 @@ VALID: dict[str, Callable[[], Call]] = {
                                               "compiled, out given", opaque="rows"),
     }),
     **within("kernels.lowbit_gemv", {
-        "cache_dir": lambda: call(lowbit_gemv.cache_dir),
         "runnable_paths": lambda: call(lowbit_gemv.runnable_paths, ["AVX2", "FMA"], "x86_64", text="arch"),
         "best_path": lambda: call(lowbit_gemv.best_path, ["AVX2", "FMA"], "x86_64", text="arch"),
         "path_flags": lambda: call(lowbit_gemv.path_flags, "avx2"),
@@ -1343,6 +1421,7 @@ VALID: dict[str, Callable[[], Call]] = {
     }),
     **within("machine.toolchain", {
         "c_compiler": lambda: call(toolchain.c_compiler, "gcc", text="cc"),
+        "cache_dir": lambda: call(toolchain.cache_dir),
     }),
     **within("models.mlp", {
         "make_mlp": lambda: call(mlp.make_mlp, 8, 2, in_features=4, out_features=3, seed=0, zero="seed"),
@@ -1463,6 +1542,93 @@ VALID: dict[str, Callable[[], Call]] = {
         "Quantized.dequantize": lambda: call(quantization.quantize(weight(), "nvfp4").dequantize),
         "Quantized.steps": lambda: call(quantization.quantize(weight(), "int4_g32").steps),
         "Quantized.numpy": lambda: call(quantization.quantize(weight(), 4, symmetric=False).numpy),
+    **within("models.llama", {
+        "LlamaConfig": lambda: call(llama.LlamaConfig, vocab_size=300, d_model=64, n_layers=1, n_heads=4,
+                                    n_kv_heads=2, hidden=128, max_seq_len=64, zero="head_dim"),
+        "LlamaConfig.to_dict": lambda: call(small_config().to_dict),
+        "rope_frequencies": lambda: call(llama.rope_frequencies, small_config()),
+        "KVCache": lambda: call(llama.KVCache, small_config(), 2, 16, "cpu"),
+        "KVCache.truncate": lambda: call(llama.KVCache(small_config()).truncate, 0, zero="length"),
+        "Llama": lambda: call(llama.Llama, small_config()),
+        "Llama.parameter_count": lambda: call(small_llama().parameter_count, True),
+        "Llama.new_cache": lambda: call(small_llama().new_cache, 1, 16),
+        "Llama.generate": lambda: call(small_llama().generate, torch.tensor([[1, 2, 3]]), 2, temperature=0.0,
+                                       seed=0, zero="tokens temperature seed"),
+    }),
+    **within("models.corpus", {
+        "stdlib_root": lambda: call(corpus.stdlib_root),
+        "documents": lambda: call(corpus.documents, str(source_folder())),
+        "is_validation": lambda: call(corpus.is_validation, "json", text="module"),
+        "split": lambda: call(corpus.split, documents()),
+        "manifest": lambda: call(corpus.manifest, documents(), []),
+        "write_validation": lambda: call(corpus.write_validation, documents(), TMP / "written.txt"),
+        "read_validation": lambda: call(corpus.read_validation, validation_file()),
+        "write_manifest": lambda: call(corpus.write_manifest, {"source": "x"}, TMP / "manifest.json"),
+    }),
+    **within("models.tokenizer", {
+        "train": lambda: call(tokenizer.train, ["def f():\n    return 1\n"] * 3, 300),
+        "load": lambda: call(tokenizer.load, checkpoint.WEIGHTS_DIR / "tokenizer.json"),
+        "encode_documents": lambda: call(tokenizer.encode_documents, course_tokenizer(), ["a = 1\n"],
+                                         zero="eos_id"),
+    }),
+    **within("models.perplexity", {
+        "windows": lambda: call(perplexity.windows, torch.arange(50), 8, 2, zero="stream"),
+        "mean_loss": lambda: call(perplexity.mean_loss, small_llama(), torch.arange(50), 8, max_windows=2,
+                                  batch_size=2, progress=False, zero="stream"),
+        "unigram_perplexity": lambda: call(perplexity.unigram_perplexity, torch.arange(10), torch.arange(10),
+                                           10, zero="train_stream stream"),
+    }),
+    **within("models.checkpoint", {
+        "resolve": lambda: call(checkpoint.resolve, "draft"),
+        "read_config": lambda: call(checkpoint.read_config, checkpoint.WEIGHTS_DIR / "draft"),
+        "hf_config": lambda: call(checkpoint.hf_config, small_config(), "bfloat16"),
+        "save": lambda: call(checkpoint.save, small_llama(), TMP / "saved"),
+        "read_weights": lambda: call(checkpoint.read_weights, checkpoint.WEIGHTS_DIR / "draft"),
+        "load": lambda: call(checkpoint.load, "draft", "cpu"),
+    }),
+    **within("models.train", {
+        "TrainConfig": lambda: call(train.TrainConfig, size="tiny", steps=2, seq_len=32, bounded="lr",
+                                    zero="warmup_steps weight_decay seed threads"),
+        "prepare": lambda: call(train.prepare, str(source_folder()), TMP / "prepared"),
+        "learning_rate": lambda: call(train.learning_rate, 5, tiny_training(), zero="step"),
+        "batch": lambda: call(train.batch, torch.arange(200), 1, tiny_training(), zero="stream step"),
+        "train": lambda: call(train.train, tiny_training(), TMP / "trained", False, False,
+                              train_stream=torch.arange(400), zero="train_stream"),
+        "publish": lambda: call(train.publish, finished_run(), TMP / "published"),
+        "plot_loss_curve": lambda: call(train.plot_loss_curve,
+                                        json.loads((finished_run() / "log.json").read_text()), opaque="log"),
+    }),
+    **within("models.onnx_export", {
+        "export": lambda: call(onnx_export.export, small_llama(), str(TMP / "exported.onnx")),
+        "logits": lambda: call(onnx_export.logits, onnx_file(), torch.tensor([[1, 2, 3]]), threads=1,
+                               zero="tokens"),
+    }),
+    **within("models.gguf_export", {
+        "quantize_q4_k": lambda: call(gguf_export.quantize_q4_k, np.ones((1, 256), dtype=np.float32),
+                                      signed="rows", zero="rows"),
+        "write": lambda: call(gguf_export.write, small_llama(), str(TMP / "written.gguf"), "Q8_0",
+                              text="name"),
+        "read": lambda: call(gguf_export.read, str(gguf_file())),
+        "load": lambda: call(gguf_export.load, str(gguf_file()), "cpu"),
+    }),
+    **within("experiments.llm_accuracy", {
+        "load": lambda: call(llm_accuracy.load, "draft", "cpu"),
+        "evaluation_stream": lambda: call(llm_accuracy.evaluation_stream, checkpoint.WEIGHTS_DIR / "draft",
+                                          course_tokenizer(), "validation"),
+        "quantize_weights": lambda: call(llm_accuracy.quantize_weights, small_llama(), "int4_g32"),
+        "measure": lambda: call(llm_accuracy.measure, small_llama(), torch.arange(18).view(2, 9), None, 2,
+                                False, zero="windows"),
+        "evaluate": lambda: call(llm_accuracy.evaluate, "draft", "fp32", seq_len=32, max_windows=1,
+                                 batch_size=1, device="cpu", cache=False, progress=False),
+        "table": lambda: call(llm_accuracy.table, "draft", ["fp32"], seq_len=32, max_windows=1, cache=False,
+                              progress=False),
+        "plot_frontier": lambda: call(llm_accuracy.plot_frontier, format_rows()),
+    }),
+    **within("experiments.model_card", {
+        "measure": lambda: call(model_card.measure, 4, False, run_valid=False),
+        "render": lambda: call(model_card.render,
+                               json.loads((checkpoint.WEIGHTS_DIR / "MODEL_CARD.json").read_text()),
+                               opaque="facts"),
     }),
     **within("formats", {
         "Format.describe": lambda: call(formats.get("int4_g32").describe),
@@ -1500,6 +1666,22 @@ VALID: dict[str, Callable[[], Call]] = {
 EXCLUDED: dict[str, str] = {
     "experiments.speculative_decoding.SpeculativeRun": "a result of speculative_generate",
     "experiments.speculative_decoding.StepCosts": "a result of measure_step_costs",
+    # The model's own layers: built by Llama from a checked LlamaConfig, run (and traced for ONNX) on every
+    # step; Llama.generate and the evaluation functions check what reaches them.
+    "models.llama.Llama.forward": "every decode step and the ONNX trace; generate and measure check inputs",
+    "models.llama.KVCache.update": "every layer of every decode step, called by Attention.forward",
+    "models.llama.rotate": "RoPE inside every attention layer (traced for ONNX)",
+    "models.llama.RMSNorm": "a layer Llama builds from a checked LlamaConfig",
+    "models.llama.RMSNorm.forward": "traced with the model",
+    "models.llama.Attention": "a layer Llama builds from a checked LlamaConfig",
+    "models.llama.Attention.forward": "traced with the model",
+    "models.llama.MLP": "a layer Llama builds from a checked LlamaConfig",
+    "models.llama.MLP.forward": "traced with the model",
+    "models.llama.Block": "a layer Llama builds from a checked LlamaConfig",
+    "models.llama.Block.forward": "traced with the model",
+    "models.corpus.Document": "a result of corpus.documents",
+    "models.train.main": "the command line: argparse checks the options' types, TrainConfig their values",
+    "experiments.model_card.main": "the command line (python -m hwopt.experiments.model_card)",
     "experiments.attention.AttentionPoint": "a result of attention.measure_attention",
     "experiments.launch_overhead.OverheadFit": "a result of launch_overhead.fit_overhead",
     "formats.Format": "the vocabulary of formats (hwopt/formats.py, tests/test_formats.py), not user input",

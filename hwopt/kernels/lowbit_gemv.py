@@ -97,13 +97,6 @@ def path_flags(path: str) -> tuple[str, ...]:
     return BASE_FLAGS + PATHS[path].flags
 
 
-def cache_dir() -> Path:
-    """Where built kernels are kept: $HWOPT_CACHE, else $XDG_CACHE_HOME/hwopt, else ~/.cache/hwopt."""
-    if os.environ.get("HWOPT_CACHE"):
-        return Path(os.environ["HWOPT_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hwopt"
-
-
 def build(cc: str | None = None, flags: tuple[str, ...] | None = None, out_dir: Path | None = None, *,
           path: str | None = None) -> Path:
     """Compile lowbit_gemv.c into a shared library (cached by source, compiler and flags); its file.
@@ -127,7 +120,7 @@ def build(cc: str | None = None, flags: tuple[str, ...] | None = None, out_dir: 
     except toolchain.ToolMissing as error:
         raise KernelUnavailable(str(error)) from None
     key = hashlib.sha256(SOURCE.read_bytes() + "\0".join((compiler, *flags)).encode()).hexdigest()[:16]
-    out_dir = Path(out_dir) if out_dir is not None else cache_dir()
+    out_dir = Path(out_dir) if out_dir is not None else toolchain.cache_dir()
     library = out_dir / f"lowbit_gemv-{key}.so"
     if library.exists():
         return library

@@ -92,7 +92,7 @@ def _running(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
+def quiet_exporter() -> Iterator[None]:
     """Silence the exporter's progress prints, warnings and logger chatter (stderr breaks graded cells)."""
     names = ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")
     loggers = [logging.getLogger(), *(logging.getLogger(name) for name in names)]
@@ -143,7 +143,7 @@ def export_onnx(
         batch = torch.export.Dim("batch", min=1)
         dynamic_shapes = tuple({0: batch} for _ in example_inputs)
     model = model.eval()
-    with _quiet():
+    with quiet_exporter():
         torch.onnx.export(
             model,
             example_inputs,
@@ -362,7 +362,7 @@ def quantize_dynamic(
     per_channel = arguments.boolean("per_channel", per_channel)
     out = _path("out_path", out_path) if out_path is not None else None
     out = out or temp_dir("hwopt-int8-") / f"dynamic_{weight_type}.onnx"
-    with _quiet():
+    with quiet_exporter():
         ort_quantize_dynamic(
             str(model_path),
             str(out),
@@ -430,7 +430,7 @@ def quantize_static(
 
     reader = arguments.named("calibration_data", reader_of, calibration_data)
     out = temp_dir("hwopt-int8-") / "static_int8.onnx" if out_path is None else _path("out_path", out_path)
-    with _quiet():
+    with quiet_exporter():
         ort_quantize_static(
             str(model_path),
             str(out),

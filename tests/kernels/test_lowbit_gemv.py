@@ -356,11 +356,3 @@ def test_load_falls_back_to_the_next_path_when_the_compiler_refuses(monkeypatch,
     if len(HERE) == 1:  # nothing to fall back to
         return
     assert calls == HERE[:2] and lowbit_gemv.kernel_path(lib) == HERE[1]
-
-
-def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
-    monkeypatch.setenv("HWOPT_CACHE", str(tmp_path / "k"))
-    assert lowbit_gemv.cache_dir() == tmp_path / "k"
-    monkeypatch.delenv("HWOPT_CACHE")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert lowbit_gemv.cache_dir() == tmp_path / "hwopt"

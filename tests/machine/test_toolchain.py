@@ -26,3 +26,11 @@ def test_a_missing_compiler_is_named_with_what_to_install(monkeypatch):
         toolchain.c_compiler()
     with pytest.raises(ValueError, match="cc"):
         toolchain.c_compiler(3)
+
+
+def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("HWOPT_CACHE", str(tmp_path / "k"))
+    assert toolchain.cache_dir() == tmp_path / "k"
+    monkeypatch.delenv("HWOPT_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert toolchain.cache_dir() == tmp_path / "hwopt"

@@ -14,10 +14,11 @@
   decoder), fake_quant (any format of formats, fp8/mxfp4/nvfp4 emulated), outliers (outlier channels,
   SmoothQuant, AWQ), speculative (draft and target decoders, speculative greedy decoding), attention (naive vs
   fused vs tiled attention, the N x N score matrix), launch_overhead (per-op overhead, CUDA graphs).
-- course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox), colab, quiz (the
-  practice quiz's question bank and each student's draw from it), notebook_outputs (notebooks are committed
-  without outputs), record (lessons run headless on a device, saved in data/recordings/), site (the course as
-  a website).
+- course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox, a class graded, the
+  sample submissions; `python -m hwopt.course.grading`), exercises (what the assignments' visible tests
+  share), colab, quiz (the practice quiz's question bank and each student's draw from it), notebook_outputs
+  (notebooks are committed without outputs), record (lessons run headless on a device, saved in
+  data/recordings/), site (the course as a website).
 - recordings: a lesson's headline figures, saved while a run is recorded, and other chips' recorded runs
   read back for comparison.
 """

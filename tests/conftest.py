@@ -60,12 +60,12 @@ def grading_sandbox():
 @pytest.fixture(scope="session")
 def postgres_server():
     """A private PostgreSQL server for the session (stopped after); no server: skipped, but fails in CI."""
-    from hwopt.course.grading import gradebook
+    from benchmarks import postgres
 
-    reason = gradebook.why_no_server()
+    reason = postgres.why_no_server()
     if reason:
         skip_outside_ci(reason)
-    with gradebook.LocalServer() as server:
+    with postgres.LocalServer() as server:
         yield server
 
 

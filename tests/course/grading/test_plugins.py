@@ -1,5 +1,7 @@
 """course.grading.plugins: what a judged grade cell shows, and the score nbgrader reads from it."""
 
+from pathlib import Path
+
 import jinja2
 import nbformat
 import pytest
@@ -89,3 +91,15 @@ def test_the_feedback_exporter_recompiles_a_template_whose_source_changed(tmp_pa
     assert "first 1" in render() and "first 1" in render()
     template.write_text("second {{ nb.cells | length }}")
     assert "second 1" in render()
+
+
+def test_a_reference_is_run_once_per_process_whichever_course_folder_links_to_it(tmp_path, monkeypatch):
+    from hwopt.course.grading import course
+
+    loaded = []
+    monkeypatch.setattr(plugins, "_references", {})
+    monkeypatch.setattr(plugins.Reference, "load", classmethod(lambda cls, path: loaded.append(path) or path))
+    first, second = (course.prepare_course(tmp_path / name) for name in ("first", "second"))
+    notebook = Path("source") / "batching" / "batching.ipynb"
+    assert plugins.load_reference(first / notebook) == plugins.load_reference(second / notebook)
+    assert loaded == [(course.ROOT / notebook).resolve()]

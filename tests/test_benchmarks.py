@@ -248,6 +248,14 @@ def test_the_parallel_grading_goal_is_the_median_speedup_of_the_rounds_against_0
             report.parallel_grading_row(bad, workers=2, notebooks=20, same_scores=True, note="")
 
 
+def test_the_parallel_goal_says_why_it_was_not_measured():
+    off = report.parallel_grading_unavailable("PostgreSQL is not installed", 2)
+    doc = fake_doc(course_cost={**fake_doc()["course_cost"], "grading_parallel": off})
+    report.validate(doc)
+    assert "not available: PostgreSQL is not installed" in report.summary_table(doc)
+    assert "Grading in parallel: not available (PostgreSQL is not installed)" in report.render_markdown(doc)
+
+
 def test_the_grading_goal_row_says_why_it_is_not_available():
     doc = fake_doc()
     doc["course_cost"]["grading_honest"] = report.grading_unavailable("the honest class run failed: boom")

@@ -174,7 +174,7 @@ def test_grading_is_reported_not_available_when_the_assignments_cannot_be_releas
     assert series == [] and honest["verdict"] == parallel["verdict"] == report.UNAVAILABLE
 
 
-def test_the_parallel_goal_says_why_it_was_not_measured(fake, tmp_path):
+def test_the_parallel_goal_is_not_measured_without_a_serial_verdict_or_a_second_core(fake, tmp_path):
     fake()
     short = report.grading_unavailable("the honest class run failed: boom")
     assert "no verdict (the honest class run failed: boom)" in grading.measure_parallel(

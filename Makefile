@@ -78,8 +78,8 @@ bench-quick: env       ## the same report in smoke mode (< 3 minutes)
 release: env           ## regenerate release/ from source/ (commit the result)
 	nbgrader generate_assignment "*" --force
 
-grade-demo: env grading-deps  ## grade the sample submissions end to end; report in artifacts/grading-demo/
-	$(PY) autograder/grade_class.py demo --timeout 10
+grade-demo: env grading-deps  ## grade the sample submissions end to end (exit 1 unless each gets its score)
+	$(PY) -m hwopt.course.grading demo --timeout 10
 
 # The course as a website, and recorded runs of the lessons on one device (hwopt/course/site.py, record.py).
 .PHONY: site record

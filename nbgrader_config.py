@@ -5,18 +5,14 @@ committed), submitted/, autograded/, feedback/ and gradebook.db (working files, 
 each notebook in a sandboxed, limited kernel (autograder/kernels/hwopt-grader, hwopt.course.grading.sandbox)
 with a per-cell timeout; the points of every grade cell are decided by the judge in the grading process, on
 cases drawn from the instructor secret and the student id (hwopt.course.grading.judge). Cells a student
-deleted or edited are restored, and feedback has no hidden tests. Environment: HWOPT_GRADER_SECRET or
-HWOPT_GRADER_SECRET_FILE (default ~/.config/hwopt/grader-secret, made by `python -m hwopt.course.grading
-secret`),
-HWOPT_GRADER_TIMEOUT_S (per cell, default 60), HWOPT_GRADER_MEMORY_GB (per kernel, default 4),
-HWOPT_GRADER_CPU_S (CPU seconds per kernel process, default 600), HWOPT_GRADER_MAX_PROCESSES (default 256),
-HWOPT_GRADER_THREADS (threads of torch, numpy and MKL in each kernel, default 1),
-HWOPT_GRADER_UNSANDBOXED=1 (grade without a sandbox where none can start; the report flags it),
-HWOPT_GRADER_DB_URL (the gradebook's SQLAlchemy URL, default SQLite in gradebook.db; parallel graders need a
-server: postgresql://user@host/db).
+deleted or edited are restored, and feedback has no hidden tests. The environment variables of grading (the
+secret, the cell timeout, the kernels' limits, the gradebook's URL...) are declared, with their defaults, in
+hwopt.course.grading.settings (`python -m hwopt.course.grading settings` lists them).
 """
 
 import os
+
+from hwopt.course.grading import settings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The grading kernelspec lives in the repository: make Jupyter find it (before any kernel is looked up).
@@ -27,8 +23,7 @@ c = get_config()  # noqa: F821 (provided by nbgrader when it loads this file)
 
 c.CourseDirectory.course_id = "hwopt"
 c.CourseDirectory.root = HERE
-c.CourseDirectory.db_url = (os.environ.get("HWOPT_GRADER_DB_URL")
-                            or "sqlite:///" + os.path.join(HERE, "gradebook.db"))
+c.CourseDirectory.db_url = settings.DB_URL.text() or "sqlite:///" + os.path.join(HERE, "gradebook.db")
 c.CourseDirectory.source_directory = "source"
 c.CourseDirectory.release_directory = "release"
 c.CourseDirectory.submitted_directory = "submitted"
@@ -42,11 +37,11 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
 # Autograde: a sandboxed, limited kernel with a timeout per cell; the judge scores every grade cell.
 c.Execute.kernel_name = "hwopt-grader"
-c.Execute.timeout = int(os.environ.get("HWOPT_GRADER_TIMEOUT_S", "60"))
+c.Execute.timeout = settings.positive_whole_number(settings.TIMEOUT_S, "seconds")
 c.Execute.interrupt_on_timeout = True
 c.Execute.startup_timeout = 120
 # Once the last cell has run, the kernel is killed, not asked to stop: its sandbox and copy are thrown away
-# anyway, and a graceful stop costs 0.2 s or more of waiting per notebook (a student's atexit hooks too).
+# anyway, and a graceful stop waits for the kernel (and a student's atexit hooks) with no core working.
 c.Execute.shutdown_kernel = "immediate"
 c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",

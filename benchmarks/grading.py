@@ -1,12 +1,14 @@
 """Course cost of grading: seconds per submission-notebook, for an honest class and for the sample mix.
 
-Both use the grading kit (autograder/grade_class.py: nbgrader autograde and feedback, one student and
-assignment at a time, every kernel in the kit's sandbox, points from the judge) in scratch course folders:
+Both use the course's grading (hwopt.course.grading: nbgrader autograde and feedback, one student and
+assignment at a time, every kernel in the sandbox, points from the judge) in scratch course folders; the
+honest classes each in a copy of one where the assignments were released once, before any clock starts:
 
 - the honest class: N students who all submit the correct solution of every assignment; its mean seconds
   per notebook is the report's grading goal (what grading costs per submission, not per timeout);
-- the sample mix: the kit's `demo` with a class cycling through every sample student (broken ones, ones whose
-  cells hang until the cell timeout, the attack samples); its time-vs-class-size series is the grading plot;
+- the sample mix: the grading demo with a class cycling through every sample student (broken ones, ones whose
+  cells hang until the cell timeout, the attack samples), each submitting the assignments its mistake or
+  attack is about; its time-vs-class-size series is the grading plot;
 - the honest class again, graded in rounds: serially, then by one Dask worker per core on a private
   PostgreSQL gradebook; the parallel grading goal is the median speedup of the rounds, with the same scores.
 """
@@ -15,51 +17,26 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import importlib.util
 import io
 import os
+import resource
 import shutil
-import sys
 import tempfile
 import threading
 import time
 import traceback
 from pathlib import Path
 
-from benchmarks import report
+from benchmarks import postgres, report
+from hwopt.course.grading import cluster, course, demo, grade, samples, sandbox, settings
 
-ROOT = Path(__file__).resolve().parents[1]
-GRADE_CLASS = ROOT / "autograder" / "grade_class.py"
-CELL_TIMEOUT_S = 10  # per cell in the sample mix: the samples whose loops never end cost this (the kit's: 60)
+CELL_TIMEOUT_S = 10  # per cell in the sample mix: the samples whose loops never end cost this (default 60)
 HONEST_STUDENTS = {True: 2, False: 5}  # quick, full: students in the honest class (a notebook per assignment)
 # quick, full: (students per class, rounds) of the parallel goal. Full: 30 notebooks a round, so that the
 # class's end (one worker finishing its last task while another has nothing left, about half a task) is a
 # small share of the round, as in a real class of hundreds.
 PARALLEL_ROUNDS = {True: (1, 1), False: (3, 5)}
-SECRET_ENV = "HWOPT_GRADER_SECRET"  # the kit's judge.SECRET_ENV, for when the kit is not importable
-UNSANDBOXED_ENV = "HWOPT_GRADER_UNSANDBOXED"  # the kit's sandbox.UNSANDBOXED_ENV
-KIT_NEEDS = ("demo", "grade_class", "prepare_course", "make_api", "release", "samples", "DEMO_SECRET",
-             "local_cluster")
-
-
-def load_grade_class(path: Path | None = None):
-    """The grading kit's grade_class module, imported from its file; ImportError when it is not there."""
-    path = Path(path or GRADE_CLASS)
-    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-    if not path.is_file():
-        raise ImportError(f"{shown} is not in the repository")
-    spec = importlib.util.spec_from_file_location("grade_class", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(path.parent))
-    missing = [name for name in KIT_NEEDS if not hasattr(module, name)]
-    if missing:
-        raise ImportError(f"{shown} has no {', '.join(missing)}")
-    return module
+DEMO = {settings.SECRET.name: demo.DEMO_SECRET}  # the environment of a class graded with the demo's secret
 
 
 @contextlib.contextmanager
@@ -90,11 +67,7 @@ def patched(owner, name: str, value):
 
 
 def sandbox_state() -> tuple[str | None, bool]:
-    """(why the kit's sandbox cannot start here, None if it can; whether unsandboxed grading is allowed)."""
-    try:
-        from hwopt.course.grading import sandbox
-    except ImportError as exc:
-        return f"hwopt.course.grading.sandbox is not importable ({exc})", False
+    """(why the grading sandbox cannot start here, None if it can; whether unsandboxed grading is allowed)."""
     return sandbox.why_unavailable(), sandbox.unsandboxed_allowed()
 
 
@@ -163,8 +136,6 @@ class TreeCPU:
 
     @staticmethod
     def _self_s() -> float:
-        import resource
-
         r = resource.getrusage(resource.RUSAGE_SELF)
         return r.ru_utime + r.ru_stime
 
@@ -217,33 +188,45 @@ def _failure(exc: BaseException, what: str) -> str:
     return f"{what} failed: {last[:200]}"
 
 
-def grade_honest_class(kit, n: int, *, sandbox_reason: str | None = None, count_cpu: bool = True, **options):
-    """Grade n students who submit the correct solution of every assignment: (rows, written, wall s, CPU s).
+def released_course(folder: Path, db_url: str | None = None) -> Path:
+    """A course folder in which every assignment is released (release/ and the gradebook, SQLite in the
+    folder unless db_url): each class graded here starts from a copy of it (copy_course)."""
+    course.prepare_course(folder)
+    with contextlib.redirect_stdout(io.StringIO()):
+        course.release(course.make_api(folder, db_url=db_url), folder, course.ASSIGNMENTS)
+    return folder
 
-    options go to the kit's grade_class (workers, db_url, scheduler); generate_assignment runs before the
-    clock starts. count_cpu=False: no CPU sampler beside the run (its /proc scans take CPU the graders
-    would use), CPU s None.
+
+def copy_course(released: Path, folder: Path) -> Path:
+    """A copy of a released course folder (its SQLite gradebook included), to grade a class in."""
+    return Path(shutil.copytree(released, folder, symlinks=True))
+
+
+def grade_honest_class(released: Path, n: int, *, sandbox_reason: str | None = None, count_cpu: bool = True,
+                       **options):
+    """Grade n students who submit the correct solution of every assignment, in a copy of the released course
+    folder: (rows, written, wall s, CPU s).
+
+    options go to grade.grade_class (workers, db_url: a gradebook where the assignments are released too,
+    scheduler). count_cpu=False: no CPU sampler beside the run (its /proc scans take CPU the graders would
+    use), CPU s None.
     """
-    course = Path(tempfile.mkdtemp(prefix="bench-grading-honest-")) / "course"
+    folder = copy_course(released, Path(tempfile.mkdtemp(prefix="bench-grading-honest-")) / "course")
     try:
-        with environment(**{SECRET_ENV: kit.DEMO_SECRET, UNSANDBOXED_ENV: "1" if sandbox_reason else None}), \
+        with environment(**DEMO, **{settings.UNSANDBOXED.name: "1" if sandbox_reason else None}), \
                 contextlib.redirect_stdout(io.StringIO()):
-            kit.prepare_course(course)
-            server = {"db_url": options["db_url"]} if "db_url" in options else {}
-            api = kit.make_api(course, **server)
-            kit.release(api, course, kit.samples.ASSIGNMENTS)
-            written = kit.samples.write_submissions(
-                course / "submitted", {f"student{i + 1:02d}": "correct" for i in range(n)}, root=kit.ROOT)
+            written = samples.write_submissions(folder / "submitted",
+                                                {f"student{i + 1:02d}": "correct" for i in range(n)})
             with TreeCPU() if count_cpu else contextlib.nullcontext() as cpu:
                 start = time.perf_counter()
-                rows = kit.grade_class(course, log=lambda *a, **k: None, **options)
+                rows = grade.grade_class(folder, log=lambda *a, **k: None, **options)
                 wall_s = time.perf_counter() - start
     finally:
-        shutil.rmtree(course.parent, ignore_errors=True)
+        shutil.rmtree(folder.parent, ignore_errors=True)
     return rows, written, wall_s, cpu.seconds if count_cpu else None
 
 
-def measure_honest(kit, *, quick: bool, n_students: int | None = None,
+def measure_honest(released: Path, *, quick: bool, n_students: int | None = None,
                    sandbox_reason: str | None = None) -> dict:
     """The grading goal's figures (report.grading_row) for a class that submits only correct solutions.
 
@@ -254,8 +237,8 @@ def measure_honest(kit, *, quick: bool, n_students: int | None = None,
     if n < 1:
         raise ValueError(f"n_students must be a positive integer, got {n}")
     try:
-        rows, written, wall_s, cpu_s = grade_honest_class(kit, n, sandbox_reason=sandbox_reason)
-    except (Exception, SystemExit) as exc:  # the kit's failure is reported, not fatal (SystemExit: not ready)
+        rows, written, wall_s, cpu_s = grade_honest_class(released, n, sandbox_reason=sandbox_reason)
+    except (Exception, SystemExit) as exc:  # grading's failure is reported, not fatal (SystemExit: not ready)
         return report.grading_unavailable(_failure(exc, "the honest class run"))
     if len(rows) != len(written):
         return report.grading_unavailable(f"{len(written)} notebooks submitted, {len(rows)} graded")
@@ -266,7 +249,7 @@ def measure_honest(kit, *, quick: bool, n_students: int | None = None,
 
 def grading_workers() -> int:
     """The parallel run's workers: one per core this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cluster.cores()
 
 
 def scores(rows) -> list[tuple]:
@@ -274,14 +257,16 @@ def scores(rows) -> list[tuple]:
     return [(r.student, r.assignment, r.score, r.max_score, r.status) for r in rows]
 
 
-def measure_parallel(kit, serial: dict, *, quick: bool, workers: int | None = None) -> dict:
+def measure_parallel(released: Path, serial: dict, *, quick: bool, workers: int | None = None) -> dict:
     """The parallel grading goal: an honest class graded serially (SQLite), then by `workers` Dask workers
     (default: one per core) on a private PostgreSQL gradebook, in PARALLEL_ROUNDS[quick] alternating rounds;
     the speedup is the median over rounds of serial wall time / parallel wall time.
 
     The cluster is started, and warmed by grading one student's class, before the first round: an
-    instructor's cluster is started once per class, and the note says what that took.
-    serial: the serial goal's row (without a verdict there, the sandbox or the kit failed: no rounds).
+    instructor's cluster is started once per class, and the note says what that took. Every round's
+    gradebook is a fresh copy of one where the assignments were released (a template database).
+    released: a course folder with the assignments released (released_course); serial: the serial goal's
+    row (without a verdict there, the sandbox or grading failed: no rounds).
     """
     workers = workers or grading_workers()
     if workers < 2:
@@ -290,30 +275,29 @@ def measure_parallel(kit, serial: dict, *, quick: bool, workers: int | None = No
         why = serial.get("reason") or serial.get("note") or "no verdict"
         return report.parallel_grading_unavailable(f"the serial run it compares with has no verdict ({why})",
                                                    workers)
-    try:
-        from hwopt.course.grading import gradebook
-    except ImportError as exc:
-        return report.parallel_grading_unavailable(f"hwopt.course.grading is not importable ({exc})", workers)
-    reason = gradebook.why_no_server()
+    reason = postgres.why_no_server()
     if reason:
         return report.parallel_grading_unavailable(reason, workers)
     students, rounds = PARALLEL_ROUNDS[quick]
     load_1min = os.getloadavg()[0]
     pairs, same = [], True
     try:
-        with gradebook.LocalServer() as server:
+        with postgres.LocalServer() as server:
+            released_course(released, server.create_database("released"))  # the rounds' template
             start = time.perf_counter()
-            with environment(**{SECRET_ENV: kit.DEMO_SECRET}), kit.local_cluster(workers) as cluster:
-                on_cluster = {"db_url": server.create_database("warmup"),
-                              "scheduler": cluster.scheduler_address}
-                problem = not_all_graded(grade_honest_class(kit, 1, count_cpu=False, **on_cluster)[0])
+            with environment(**DEMO), cluster.local_cluster(workers) as dask:
+                on_cluster = {"db_url": server.create_database("warmup", template="released"),
+                              "scheduler": dask.scheduler_address}
+                problem = not_all_graded(grade_honest_class(released, 1, count_cpu=False, **on_cluster)[0])
                 startup_s = time.perf_counter() - start
                 for i in range(rounds):
                     if problem:
                         break
-                    serial_rows, written, serial_s, _ = grade_honest_class(kit, students, count_cpu=False)
-                    on_cluster["db_url"] = server.create_database(f"round{i + 1}")
-                    rows, _, parallel_s, _ = grade_honest_class(kit, students, count_cpu=False, **on_cluster)
+                    serial_rows, written, serial_s, _ = grade_honest_class(released, students,
+                                                                           count_cpu=False)
+                    on_cluster["db_url"] = server.create_database(f"round{i + 1}", template="released")
+                    rows, _, parallel_s, _ = grade_honest_class(released, students, count_cpu=False,
+                                                                **on_cluster)
                     pairs.append((serial_s, parallel_s))
                     same = same and scores(rows) == scores(serial_rows)
                     problem = problem or not_all_graded(rows)
@@ -340,32 +324,41 @@ def not_all_graded(rows) -> str | None:
             f"({'; '.join(failed[0].notes)[:200] or 'no note'})")
 
 
-def measure_samples(kit, *, quick: bool, class_size: int | None = None) -> tuple[dict, list[dict], list[str]]:
-    """The sample mix: summary, time-vs-class-size series, notes (summary says 'not available' and why)."""
-    every = list(kit.samples.STUDENTS)
+def measure_samples(*, quick: bool, class_size: int | None = None) -> tuple[dict, list[dict], list[str]]:
+    """The sample mix: summary, time-vs-class-size series, notes (summary says 'not available' and why).
+
+    Each student submits what its sample is about (samples.TARGETS: the correct and blank samples every
+    assignment, the others the assignments of their mistake or attack): their other assignments would be the
+    correct solution, which the honest class prices already.
+    """
+    every = list(samples.STUDENTS)
     n = class_size or (1 if quick else len(every))  # full: every sample student once
-    course = Path(tempfile.mkdtemp(prefix="bench-grading-samples-")) / "course"
+    folder = Path(tempfile.mkdtemp(prefix="bench-grading-samples-")) / "course"
     try:
-        with environment(**{SECRET_ENV: kit.DEMO_SECRET}), contextlib.redirect_stdout(io.StringIO()), \
-                TreeCPU() as cpu, patched(kit, "cpu_seconds", cpu.now):  # the kit's misses sandboxed kernels
-            figures = kit.demo(course, n, CELL_TIMEOUT_S, log=lambda *a, **k: None)
-        with (course / "grades_report.csv").open() as f:
+        with environment(**DEMO), contextlib.redirect_stdout(io.StringIO()), TreeCPU() as cpu, \
+                patched(demo, "cpu_seconds", cpu.now):  # getrusage misses sandboxed kernels
+            figures = demo.demo(folder, n, CELL_TIMEOUT_S, targets_only=True, log=lambda *a, **k: None)
+        with (folder / "grades_report.csv").open() as f:
             rows = list(csv.DictReader(f))
     except (Exception, SystemExit) as exc:
         return {"available": False, "reason": _failure(exc, "the class run")}, [], []
     finally:
-        shutil.rmtree(course.parent, ignore_errors=True)
+        shutil.rmtree(folder.parent, ignore_errors=True)
     statuses = status_counts(rows)
     summary = {
         "available": True, "class_size": figures["students"], "notebooks": figures["notebooks_submitted"],
         "total_s": figures["seconds"], "s_per_notebook": figures["seconds_per_notebook"],
         "cpu_s_per_notebook": figures.get("cpu_seconds_per_notebook"), "statuses": statuses,
-        "cell_timeout_s": CELL_TIMEOUT_S, "samples_covered": len(set(kit.samples.class_of(n).values())),
-        "samples_total": len(every),
+        "cell_timeout_s": CELL_TIMEOUT_S, "samples_covered": len(set(samples.class_of(n).values())),
+        "samples_total": len(every), "targets_only": True,
     }
-    notes = [f"sample mix: autograder/grade_class.py demo, a class of {n} (student01, ...) cycling through "
-             f"the {len(every)} sample students, cell timeout {CELL_TIMEOUT_S} s; statuses: "
+    notes = [f"sample mix: `python -m hwopt.course.grading demo`, a class of {n} (student01, ...) cycling "
+             f"through the {len(every)} sample students, each submitting the assignments its sample is "
+             f"about, cell timeout {CELL_TIMEOUT_S} s; statuses: "
              + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))]
+    if figures.get("unexpected"):
+        notes.append(f"{len(figures['unexpected'])} sample notebooks NOT graded as expected, e.g. "
+                     f"{figures['unexpected'][0]}")
     return summary, cumulative_by_student(rows), notes
 
 
@@ -375,27 +368,29 @@ def measure(*, quick: bool, class_size: int | None = None) -> tuple[dict, dict, 
 
     class_size: students in the sample mix (the honest class has HONEST_STUDENTS[quick]).
     """
-    try:
-        kit = load_grade_class()
-    except ImportError as exc:
-        return (report.grading_unavailable(str(exc)), {"available": False, "reason": str(exc)}, [], [],
-                report.parallel_grading_unavailable(str(exc), grading_workers()))
     reason, allowed = sandbox_state()
-    honest = measure_honest(kit, quick=quick, sandbox_reason=reason)
-    parallel = measure_parallel(kit, honest, quick=quick)
+    with tempfile.TemporaryDirectory(prefix="bench-grading-released-") as scratch:
+        try:
+            released = released_course(Path(scratch) / "course")
+        except Exception as exc:
+            why = _failure(exc, "releasing the assignments")
+            return (report.grading_unavailable(why), {"available": False, "reason": why}, [], [],
+                    report.parallel_grading_unavailable(why, grading_workers()))
+        honest = measure_honest(released, quick=quick, sandbox_reason=reason)
+        parallel = measure_parallel(released, honest, quick=quick)
     if reason and not allowed:
         why = (f"the sample mix includes attack samples and is graded only in the sandbox, which cannot "
-               f"start here ({reason}); {UNSANDBOXED_ENV}=1 grades it anyway")
-        samples = {"available": False, "reason": why}
+               f"start here ({reason}); {settings.UNSANDBOXED.name}=1 grades it anyway")
+        mix = {"available": False, "reason": why}
         series, notes = [], []
     else:
-        samples, series, notes = measure_samples(kit, quick=quick, class_size=class_size)
+        mix, series, notes = measure_samples(quick=quick, class_size=class_size)
         if reason:
-            notes.append(f"sample mix graded WITHOUT the sandbox ({UNSANDBOXED_ENV}=1): {reason}")
+            notes.append(f"sample mix graded WITHOUT the sandbox ({settings.UNSANDBOXED.name}=1): {reason}")
     if honest["available"]:
         notes.insert(0, "honest class: " + honest["note"])
-    if honest["available"] or samples.get("available"):
+    if honest["available"] or mix.get("available"):
         notes.append("CPU seconds: the grader and every process it starts, sampled from /proc every "
                      "0.05 s (getrusage misses the sandboxed kernels: bubblewrap does not reap them); a "
                      "lower bound: the kernel's own work for the sandbox's namespaces belongs to no process")
-    return honest, samples, series, notes, parallel
+    return honest, mix, series, notes, parallel

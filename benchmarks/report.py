@@ -508,10 +508,13 @@ def grading_paragraph(honest: dict | None, samples: dict) -> str:
         timeout = f"the {samples['cell_timeout_s']} s" if samples.get("cell_timeout_s") else "the"
         covered = (f"; this class covers {samples['samples_covered']} of the {samples['samples_total']}"
                    if samples.get("samples_total") else "")
+        notebooks = f"{samples['notebooks']} submission notebooks"
+        which = (f"), each submitting the assignments its sample is about (the correct and blank samples: "
+                 f"every one); {notebooks}:" if samples.get("targets_only") else f"; {notebooks}):")
         parts.append(
             f"Grading the sample mix, a class of {students_text(samples['class_size'])} cycling through the "
             f"sample students (correct, blank, wrong, broken, cells that hang until {timeout} cell timeout, "
-            f"the attack samples{covered}; {samples['notebooks']} submission notebooks): "
+            f"the attack samples{covered}{which} "
             f"{_fmt(samples['s_per_notebook'])} s per submission-notebook, "
             f"{_fmt(samples['total_s'])} s in all"
             + (f" (CPU {_fmt(samples['cpu_s_per_notebook'])} s per notebook)"

@@ -31,10 +31,11 @@ modules import each other in a circle).
    CUDA graphs), distributed (groups of worker processes, always stopped), tensor_parallel_block (a
    Megatron-split block measured), pipeline_parallel (stages in processes, the bubble measured), moe_layer (a
    routed MoE layer measured), parallel_summary (lesson 12's summary).
-9. course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox), colab, quiz (the
-   practice quiz's bank and each student's draw from it), notebook_outputs (notebooks are committed without
-   outputs), record (lessons run headless on a device, saved in data/recordings/), site (the course as a
-   website).
+9. course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox, a class graded, the
+   sample submissions, every grading setting; `python -m hwopt.course.grading`), exercises (what the
+   assignments' visible tests share), colab, quiz (the practice quiz's bank and each student's draw from it),
+   notebook_outputs (notebooks are committed without outputs), record (lessons run headless on a device,
+   saved in data/recordings/), site (the course as a website).
 10. __main__: the command line (`python -m hwopt`).
 """
 

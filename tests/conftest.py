@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import postgres
+from hwopt.course.grading import sandbox
+from hwopt.kernels import ort
 from tests.support import skip_outside_ci
 
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -28,8 +31,6 @@ def left_behind(folder: Path = SESSION_TMP) -> list[str]:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    from hwopt.kernels import ort
-
     # Lesson kernels are killed when nbval is done with them (no exit handlers run): their ONNX folders are
     # removed the way the toolkit removes a killed kernel's folders on a learner's machine, by the next use.
     ort.remove_stale_temp_dirs(SESSION_TMP)
@@ -50,8 +51,6 @@ def pytest_sessionfinish(session, exitstatus):
 def grading_sandbox():
     """Grading kernels start only in the sandbox (bubblewrap, Linux): without it, skipped saying how to get
     it (macOS, Windows, a Linux without bubblewrap), but fails in CI."""
-    from hwopt.course.grading import sandbox
-
     reason = sandbox.why_unavailable()
     if reason:
         skip_outside_ci(f"grading tests need the grading sandbox: {reason}")
@@ -60,12 +59,10 @@ def grading_sandbox():
 @pytest.fixture(scope="session")
 def postgres_server():
     """A private PostgreSQL server for the session (stopped after); no server: skipped, but fails in CI."""
-    from hwopt.course.grading import gradebook
-
-    reason = gradebook.why_no_server()
+    reason = postgres.why_no_server()
     if reason:
         skip_outside_ci(reason)
-    with gradebook.LocalServer() as server:
+    with postgres.LocalServer() as server:
         yield server
 
 

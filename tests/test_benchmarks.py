@@ -1,29 +1,21 @@
 """The performance report's harness: verdicts, ratio rows, schema, Markdown, plots (fake measurements), and a
 smoke test of the C reference kernels at a tiny size."""
 
-import contextlib
 import json
-import os
 import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import jsonschema
 import numpy as np
 import pytest
 import torch
 
-from benchmarks import course, effects, fidelity, figures, grading, native, parallelism, report
+from benchmarks import course, effects, fidelity, figures, native, parallelism, report
 from benchmarks.__main__ import measured_probe
-from hwopt.course.grading import gradebook
 from hwopt.experiments import decode, tensor_parallel_block
 from hwopt.kernels import lowbit_gemv
 from hwopt.machine import probe
 from hwopt.machine.bench import Measurement
-from tests.support import skip_outside_ci
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -268,29 +260,6 @@ def test_the_parallel_goal_says_why_it_was_not_measured():
     report.validate(doc)
     assert "not available: PostgreSQL is not installed" in report.summary_table(doc)
     assert "Grading in parallel: not available (PostgreSQL is not installed)" in report.render_markdown(doc)
-    short = report.grading_unavailable("the honest class run failed: boom")
-    assert "no verdict (the honest class run failed: boom)" in grading.measure_parallel(
-        FakeKit(), short, quick=True, workers=2)["reason"]
-    assert "one core" in grading.measure_parallel(FakeKit(), short, quick=True, workers=1)["reason"]
-
-
-def test_the_parallel_goal_grades_rounds_on_a_cluster_started_with_the_secret(no_secret):
-    if gradebook.why_no_server():
-        skip_outside_ci(gradebook.why_no_server())
-    serial = report.grading_row([1.0] * 4, 4.0, 3.0, students=2)
-    kit = FakeKit()
-    row = grading.measure_parallel(kit, serial, quick=False, workers=2)
-    rounds = grading.PARALLEL_ROUNDS[False][1]
-    assert rounds >= 3, "a median of fewer rounds is one unlucky minute away from the wrong verdict"
-    assert row["available"] and row["same_scores"] and row["rounds"] == len(row["speedups"]) == rounds
-    assert kit.seen["cluster"] == (2, "demo secret")  # its workers get the secret when they start
-    on_cluster = [o for o in kit.seen["options"] if "scheduler" in o]
-    assert len(on_cluster) == rounds + 1 and all(o["db_url"].startswith("postgresql://") for o in on_cluster)
-    assert len({o["db_url"] for o in on_cluster}) == rounds + 1  # warm-up and every round: a fresh gradebook
-    assert "the cluster was started and warmed" in row["note"]
-    failed = grading.measure_parallel(FakeKit(on_cluster="grader error"), serial, quick=True, workers=2)
-    assert failed["verdict"] == report.UNAVAILABLE
-    assert "graded 2 of 2 notebooks 'grader error' (ModuleNotFoundError: grade_class)" in failed["reason"]
 
 
 def test_the_grading_goal_row_says_why_it_is_not_available():
@@ -588,190 +557,6 @@ def test_stream_and_fma_kernels_compile_and_run_at_a_tiny_size(tmp_path):
     assert all(t > 0 for t in out["copy_s"] + out["triad_s"])
     fma = native.run_fma_peak(native.compile_kernel("fma_peak", tmp_path), 1000, 2, threads=1)
     assert fma["flop"] > 0 and len(fma["times_s"]) == 2
-
-
-# ---------------------------------------------------------------- grading cost
-
-
-def test_grading_time_by_class_size_accumulates_each_students_notebooks():
-    rows = [{"student": "s1", "seconds": "2"}, {"student": "s1", "seconds": "4"},
-            {"student": "s2", "seconds": "6"}]
-    assert grading.cumulative_by_student(rows) == [
-        {"class_size": 1, "notebooks": 2, "total_s": 6.0, "s_per_notebook": 3.0},
-        {"class_size": 2, "notebooks": 3, "total_s": 12.0, "s_per_notebook": 4.0}]
-
-
-def test_grading_is_reported_not_available_without_the_grading_kit(monkeypatch, tmp_path):
-    monkeypatch.setattr(grading, "GRADE_CLASS", tmp_path / "autograder" / "grade_class.py")
-    honest, samples, series, notes, parallel = grading.measure(quick=True)
-    assert samples["available"] is False and "grade_class.py" in samples["reason"] and series == []
-    assert honest["verdict"] == report.UNAVAILABLE and "grade_class.py" in honest["reason"]
-    assert parallel["verdict"] == report.UNAVAILABLE and "grade_class.py" in parallel["reason"]
-    assert report.validate(fake_doc(course_cost={**fake_doc()["course_cost"], "grading_honest": honest,
-                                                 "grading_parallel": parallel}))
-
-
-def test_a_kit_without_the_functions_the_benchmark_calls_is_not_loaded(tmp_path):
-    kit = tmp_path / "grade_class.py"
-    kit.write_text("def demo(): pass\n")
-    with pytest.raises(ImportError, match="has no grade_class, prepare_course"):
-        grading.load_grade_class(kit)
-
-
-def test_environment_sets_only_unset_variables_and_restores_them(monkeypatch):
-    monkeypatch.setenv("HWOPT_BENCH_KEPT", "mine")
-    monkeypatch.delenv("HWOPT_BENCH_NEW", raising=False)
-    with grading.environment(HWOPT_BENCH_KEPT="demo", HWOPT_BENCH_NEW="demo", HWOPT_BENCH_NONE=None):
-        assert os.environ["HWOPT_BENCH_KEPT"] == "mine" and os.environ["HWOPT_BENCH_NEW"] == "demo"
-        assert "HWOPT_BENCH_NONE" not in os.environ
-    assert os.environ["HWOPT_BENCH_KEPT"] == "mine" and "HWOPT_BENCH_NEW" not in os.environ
-
-
-class FakeKit:
-    """The grading kit's surface that benchmarks/grading.py uses, grading nothing."""
-
-    ROOT, DEMO_SECRET = ROOT, "demo secret"
-
-    def __init__(self, rows=None, fail=None, on_cluster="ok"):
-        self.rows, self.fail, self.on_cluster, self.seen = rows, fail, on_cluster, {}
-        names = ("correct", "blank", "hangs")
-        self.samples = SimpleNamespace(ASSIGNMENTS=("a", "b"), STUDENTS=dict.fromkeys(names),
-                                       write_submissions=self._write,
-                                       class_of=lambda n: {f"s{i}": names[i % 3] for i in range(n)})
-
-    def prepare_course(self, course):
-        course.mkdir(parents=True)
-
-    def make_api(self, course, timeout_s=None, db_url=None):
-        return None
-
-    @contextlib.contextmanager
-    def local_cluster(self, workers):
-        self.seen["cluster"] = (workers, os.environ.get(grading.SECRET_ENV))
-        yield SimpleNamespace(scheduler_address="tcp://127.0.0.1:8786")
-
-    def release(self, api, course, assignments):
-        pass
-
-    def _write(self, submitted, students, targets_only=False, root=None):
-        self.seen["students"] = students
-        return [(s, a) for s in students for a in self.samples.ASSIGNMENTS]
-
-    def grade_class(self, course, log=print, **options):
-        self.seen["env"] = {k: os.environ.get(k) for k in (grading.SECRET_ENV, grading.UNSANDBOXED_ENV)}
-        self.seen.setdefault("options", []).append(options)
-        if self.fail:
-            raise self.fail
-        status = self.on_cluster if "scheduler" in options else "ok"
-        return self.rows if self.rows is not None else [
-            SimpleNamespace(student=s, assignment=a, status=status, score=5.0, max_score=5.0, seconds=0.01,
-                            notes=[] if status == "ok" else ["ModuleNotFoundError: grade_class"])
-            for s in self.seen["students"] for a in self.samples.ASSIGNMENTS]
-
-    def cpu_seconds(self):
-        return 0.0
-
-    def demo(self, course, n, timeout_s, log=print):
-        self.seen["env"] = os.environ.get(grading.SECRET_ENV)
-        self.seen["cpu_seconds"] = self.cpu_seconds
-        course.mkdir(parents=True)
-        (course / "grades_report.csv").write_text("student,status,seconds\ns0,ok,2.0\ns0,ok,4.0\n")
-        return {"students": 1, "notebooks_submitted": 2, "seconds": 6.5, "seconds_per_notebook": 3.25,
-                "cpu_seconds_per_notebook": 1.5}
-
-
-@pytest.fixture
-def no_secret(monkeypatch):
-    for name in (grading.SECRET_ENV, grading.UNSANDBOXED_ENV):
-        monkeypatch.delenv(name, raising=False)
-
-
-def test_the_honest_class_submits_correct_solutions_under_the_demo_secret(no_secret):
-    kit = FakeKit()
-    row = grading.measure_honest(kit, quick=False)
-    assert set(kit.seen["students"].values()) == {"correct"} and len(kit.seen["students"]) == 5
-    assert kit.seen["env"] == {grading.SECRET_ENV: "demo secret", grading.UNSANDBOXED_ENV: None}
-    assert grading.SECRET_ENV not in os.environ  # set for the run only
-    assert row["available"] and row["notebooks"] == 10 and row["students"] == 5 and row["sandboxed"]
-    assert grading.measure_honest(FakeKit(), quick=True)["students"] == grading.HONEST_STUDENTS[True] == 2
-
-
-def test_an_instructors_secret_is_kept(no_secret, monkeypatch):
-    monkeypatch.setenv(grading.SECRET_ENV, "the instructor's")
-    kit = FakeKit()
-    grading.measure_honest(kit, quick=True)
-    assert kit.seen["env"][grading.SECRET_ENV] == "the instructor's"
-
-
-def test_without_a_sandbox_the_honest_class_is_graded_unsandboxed_and_says_so(no_secret):
-    kit = FakeKit()
-    row = grading.measure_honest(kit, quick=True, sandbox_reason="bubblewrap is not installed")
-    assert kit.seen["env"][grading.UNSANDBOXED_ENV] == "1" and grading.UNSANDBOXED_ENV not in os.environ
-    assert row["sandboxed"] is False and row["verdict"] == report.UNAVAILABLE
-    assert "bubblewrap is not installed" in row["note"]
-
-
-def test_an_honest_class_short_of_full_marks_or_a_failing_kit_gives_no_verdict(no_secret):
-    rows = [SimpleNamespace(status="ok", score=5.0, max_score=5.0, seconds=0.01),
-            SimpleNamespace(status="autograde failed", score=0.0, max_score=5.0, seconds=0.01)]
-    row = grading.measure_honest(FakeKit(rows=rows), quick=True, n_students=1)  # 2 assignments: 2 notebooks
-    assert row["not_full_marks"] == 1 and row["verdict"] == report.UNAVAILABLE
-    lost = grading.measure_honest(FakeKit(rows=rows[:1]), quick=True, n_students=1)
-    assert lost["available"] is False and lost["reason"] == "2 notebooks submitted, 1 graded"
-    failed = grading.measure_honest(FakeKit(fail=SystemExit("no instructor secret")), quick=True)
-    assert failed["available"] is False and "no instructor secret" in failed["reason"]
-    with pytest.raises(ValueError, match="n_students"):
-        grading.measure_honest(FakeKit(), quick=True, n_students=-1)
-
-
-def test_the_sample_mix_counts_the_kernels_cpu_and_covers_every_sample(no_secret):
-    kit = FakeKit()
-    summary, series, notes = grading.measure_samples(kit, quick=False)
-    assert kit.seen["env"] == "demo secret" and grading.SECRET_ENV not in os.environ
-    assert kit.seen["cpu_seconds"] != kit.cpu_seconds  # the kit's clock replaced for the run, then restored
-    assert kit.cpu_seconds() == 0.0
-    assert summary["samples_covered"] == summary["samples_total"] == 3 and summary["cell_timeout_s"] == 10
-    assert summary["statuses"] == {"ok": 2} and series[-1]["total_s"] == 6.0
-    assert grading.measure_samples(kit, quick=True)[0]["samples_covered"] == 1
-
-
-def test_without_a_sandbox_the_attack_samples_are_not_graded(monkeypatch, no_secret):
-    monkeypatch.setattr(grading, "load_grade_class", lambda: FakeKit())
-    monkeypatch.setattr(grading, "sandbox_state", lambda: ("no user namespaces", False))
-    monkeypatch.setattr(grading, "measure_samples", lambda *a, **k: pytest.fail("graded the attack samples"))
-    honest, samples, series, notes, parallel = grading.measure(quick=True)
-    assert samples["available"] is False and "attack samples" in samples["reason"]
-    assert "no user namespaces" in samples["reason"] and series == []
-    assert honest["sandboxed"] is False and "no user namespaces" in honest["note"]
-    assert parallel["verdict"] == report.UNAVAILABLE and "no verdict" in parallel["reason"]  # nothing run
-
-
-def test_proc_stat_lines_parse_even_with_brackets_in_the_command():
-    line = "4242 (a (weird) name) S 17 4242 4242 0 -1 4194560 100 0 0 0 25 7 3 1 20 0 1 0 98765 0 0"
-    assert grading.parse_proc_stat(line) == (4242, 17, 32, 98765)
-    with pytest.raises(ValueError, match="stat"):
-        grading.parse_proc_stat("garbage")
-
-
-def test_the_process_tree_keeps_orphans_and_ignores_reused_pids():
-    known = grading.grow_tree({}, [(12, 11, 5, 1), (11, 10, 3, 1), (10, 1, 1, 1), (20, 1, 9, 1)], root=10)
-    assert known == {(11, 1): 3, (12, 1): 5}  # children listed before their parents still join
-    known = grading.grow_tree(known, [(12, 1, 8, 1), (13, 12, 2, 5), (11, 1, 4, 9), (14, 11, 6, 9)], root=10)
-    assert known == {(11, 1): 3, (12, 1): 8, (13, 5): 2}  # 12 reparented stays; pid 11 reused is not ours
-
-
-def test_tree_cpu_counts_a_process_its_parent_never_reaps():
-    loop = "import time\nt=time.process_time()\nwhile time.process_time()-t<0.4: pass"
-    burn = f"{sys.executable} -c '{loop}' &"
-    with grading.TreeCPU(interval_s=0.02) as tree:
-        pid = int(subprocess.run(["sh", "-c", burn + " echo $!; sleep 0.1"], capture_output=True,
-                                 text=True, check=True).stdout)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
-            if (Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split() or ["Z"])[0] == "Z":
-                break
-            time.sleep(0.02)
-    assert tree.seconds >= 0.3
 
 
 def test_the_machine_card_shows_the_probe_medians_of_section_one():

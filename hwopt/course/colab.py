@@ -95,10 +95,12 @@ def notebook_title(path: Path) -> str:
 
 
 def assignment_facts(path: Path) -> tuple[str, float]:
-    """(the lessons an assignment practises, from its "**Lesson:**" line; its total points)."""
+    """(the lessons an assignment practises, from its "**Lesson:**" paragraph, wrapped lines joined; its total
+    points)."""
     nb = nbformat.read(path, as_version=4)
-    lesson = next((m[1].strip() for cell in nb.cells if cell.cell_type == "markdown"
-                   for m in [re.search(r"^\*\*Lessons?:\*\*(.+)$", cell.source, re.M)] if m), "")
+    lesson = next((" ".join(m[1].split()) for cell in nb.cells if cell.cell_type == "markdown"
+                   for m in [re.search(r"^\*\*Lessons?:\*\*(.+?)(?:\n\s*\n|\Z)", cell.source, re.M | re.S)]
+                   if m), "")
     points = sum(float(cell.metadata.get("nbgrader", {}).get("points", 0)) for cell in nb.cells
                  if cell.metadata.get("nbgrader", {}).get("grade"))
     return lesson, points

@@ -48,6 +48,17 @@ def test_readme_gives_every_assignment_its_lesson_and_points_in_course_order():
         assert f"| [{nb.title}]({nb.path.as_posix()}) | {nb.lesson} | {nb.points:g} |" in readme
 
 
+def test_an_assignments_lesson_paragraph_is_read_whole_where_it_wraps(tmp_path):
+    intro = ("# Assignment 9 — x\n\n**Lesson:** 7 (The five mistakes), with 2 (The bottleneck: a\nlanguage "
+             "model's weights)\n\nYou are to serve a model.")
+    path = tmp_path / "a.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(intro)]), path)
+    lesson = "7 (The five mistakes), with 2 (The bottleneck: a language model's weights)"
+    assert colab.assignment_facts(path) == (lesson, 0.0)
+    for nb in colab.student_notebooks():
+        assert nb.lesson.count("(") == nb.lesson.count(")"), f"{nb.path}: its lesson is cut: {nb.lesson!r}"
+
+
 def test_assignments_are_listed_in_the_course_order():
     titles = ["Assignment 10 — c", "Assignment 2 — b", "Assignment 1 — a", "Assignment 9 — d"]
     assert sorted(titles, key=colab.course_order) == [

@@ -1,12 +1,21 @@
 """Grading the assignments (course machinery; nothing in the lessons imports it).
 
 Points are decided outside the student's interpreter, and every grading kernel runs in a sandbox:
+- settings: every environment variable of grading, with its default, unit and meaning;
 - notebooks: hidden-test regions of grade cells, LMS/Colab notebook names (pure functions);
 - judge: the hidden cases of a grade cell, drawn per student from the instructor secret, and the verdict on
   the plain values (JSON) the student's kernel sent back, against the reference solution run here;
+- reference: an assignment's reference solution, run in the grading process, and its checks;
 - collect: the few lines sent into the student's kernel that evaluate its functions on the cases;
 - sandbox: bubblewrap around each grading kernel (no network, own PID namespace, its own folder only);
 - kernel: the launcher inside the sandbox (memory, CPU-time and process-count limits, then ipykernel);
 - plugins: the nbgrader preprocessors that nbgrader_config.py wires in;
-- gradebook: SQLite for one grader, a PostgreSQL server for parallel ones (and a private one for tests).
+- gradebook: SQLite for one grader, a PostgreSQL server for parallel ones; the records the grader adds;
+- course: a course folder and nbgrader's API on it (the repository's nbgrader_config.py);
+- submission: checks before nbgrader grades a notebook (missing, invalid, tampered) and of its feedback;
+- grade: a class graded submission by submission, each one a score or an explicit failure (the report);
+- cluster: how many grading workers, and the Dask cluster that runs them;
+- samples: sample submissions (attacks included) and the scores they must get;
+- demo: the samples graded end to end.
+`python -m hwopt.course.grading grade | demo | secret | sandbox | settings` runs them (see __main__).
 """

@@ -32,11 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hwopt.course.grading import collect
+from hwopt.course.grading import collect, settings
 
-SECRET_ENV = "HWOPT_GRADER_SECRET"
-SECRET_FILE_ENV = "HWOPT_GRADER_SECRET_FILE"
-DEFAULT_SECRET_FILE = Path("~/.config/hwopt/grader-secret")
 MAX_REPORT_CHARS = 1_000_000
 PLAIN_SCALARS = (str, int, float, bool, type(None))
 INSTRUCTOR = "instructor"  # rng.student where no student is graded (the instructor's notebook, validate)
@@ -47,21 +44,22 @@ class MissingSecret(RuntimeError):
 
 
 def secret_path(environ=os.environ) -> Path:
-    """Where the instructor secret is read from: HWOPT_GRADER_SECRET_FILE, else DEFAULT_SECRET_FILE."""
-    return Path(environ.get(SECRET_FILE_ENV) or DEFAULT_SECRET_FILE).expanduser()
+    """Where the instructor secret is read from: the SECRET_FILE setting."""
+    return Path(settings.SECRET_FILE.text(environ)).expanduser()
 
 
 def load_secret(environ=os.environ) -> bytes:
-    """The instructor secret: HWOPT_GRADER_SECRET, else the secret file (MissingSecret: how to make one)."""
-    if environ.get(SECRET_ENV):
-        return environ[SECRET_ENV].encode()
+    """The instructor secret: the SECRET setting, else the secret file (MissingSecret: how to make one)."""
+    if environ.get(settings.SECRET.name):  # as given: a secret's spaces are part of it
+        return environ[settings.SECRET.name].encode()
     path = secret_path(environ)
     if path.is_file() and path.read_text().strip():
         return path.read_text().strip().encode()
     raise MissingSecret(
         f"No grading secret: the hidden cases are drawn from it, so grading stops. Create one with "
-        f"`python -m hwopt.course.grading secret` (writes {path}), or set {SECRET_ENV}. Keep it out of the "
-        f"repository and keep the same one for the whole course: regrading then reproduces every score.")
+        f"`python -m hwopt.course.grading secret` (writes {path}), or set {settings.SECRET.name}. Keep it "
+        f"out of the repository and keep the same one for the whole course: regrading then reproduces every "
+        f"score.")
 
 
 def create_secret(path: Path | None = None) -> Path:

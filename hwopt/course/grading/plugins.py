@@ -39,7 +39,9 @@ _references: dict[tuple[str, float], Reference] = {}
 
 
 def load_reference(path: Path) -> Reference:
-    """The assignment notebook's reference, run once per process (again when the file changes)."""
+    """The assignment notebook's reference, run once per process (again when the file changes), whichever
+    course folder's link to source/ leads to it."""
+    path = Path(path).resolve()
     key = (str(path), path.stat().st_mtime)
     if key not in _references:
         _references[key] = Reference.load(path)
@@ -141,7 +143,7 @@ class JudgedExecute(Execute):
         info = resources["nbgrader"]
         self._who = {key: info[key] for key in ("assignment", "notebook", "student")}
         self._secret = judge.load_secret()  # no secret, no grading: MissingSecret says how to make one
-        kernel.check_environment()  # a bad HWOPT_GRADER_* setting: named here, not by a kernel dying
+        kernel.check_environment()  # a bad kernel setting: named here, not by a kernel dying
         coursedir = CourseDirectory(config=self.config)
         source = Path(coursedir.format_path(coursedir.source_directory, ".", info["assignment"]))
         self._reference = load_reference(source / f"{info['notebook']}.ipynb")
@@ -294,8 +296,7 @@ class FeedbackExporter(HTMLExporter):
     """nbgrader's feedback page (HTMLExporter, its templates and settings), templates compiled once.
 
     nbgrader makes a new exporter, so a new Jinja environment, for every page; compiling the feedback
-    template and the ones it extends took a quarter to a third of a page's time (0.63 s a page before,
-    0.40-0.47 s after, on a 2-core EPYC).
+    template and the ones it extends, again for every page, was a large share of a page's time.
     """
 
     def _create_environment(self):

@@ -11,7 +11,7 @@ fork bomb in one submission starve the kernels of every other grader.
 The kernel talks to the grader over Unix sockets (jupyter_client's ipc transport) in a directory of its own,
 shared with the grader and no other kernel. Where no sandbox can start (macOS, Windows, no bubblewrap, no
 user namespaces), starting a kernel fails with a message naming what is missing, unless the instructor
-allows unsandboxed grading explicitly (HWOPT_GRADER_UNSANDBOXED=1); the grading report then says so.
+allows unsandboxed grading explicitly (the UNSANDBOXED setting); the grading report then says so.
 """
 
 from __future__ import annotations
@@ -28,16 +28,17 @@ import time
 from pathlib import Path
 from queue import Empty
 
-UNSANDBOXED_ENV = "HWOPT_GRADER_UNSANDBOXED"
+from hwopt.course.grading import settings
+
 # Sandbox uids as root: SANDBOX_UID_BASE + the grading process's pid, one uid (and gid) per live grading
 # process, with no account. 0x70000000.. is a range that neither distributions nor systemd allocate
 # (systemd's UIDS-GIDS.md: unused); adding a pid (at most 2**22, the kernel's pid_max limit) stays inside it.
 SANDBOX_UID_BASE = 0x70000000
-# Variables the kernel inherits (everything else, the instructor secret included, stays outside).
+# Variables the kernel inherits (everything else, the instructor secret included, stays outside): the
+# kernel's own settings (limits; threads, from which the launcher sets OMP_NUM_THREADS and the like).
 KEPT_ENV = ("LANG", "LC_ALL", "TZ", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
             "PYTHONWARNINGS", "MPLBACKEND",  # from the kernelspec
-            "HWOPT_GRADER_MEMORY_GB", "HWOPT_GRADER_CPU_S", "HWOPT_GRADER_MAX_PROCESSES",
-            "HWOPT_GRADER_THREADS")  # the kernel launcher sets OMP_NUM_THREADS and the like from it
+            *(s.name for s in settings.KERNEL_SETTINGS))
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "fonts", "localtime", "passwd", "group",
              "nsswitch.conf", "mime.types", "ssl/openssl.cnf")
 INSTALL_HINT = "install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
@@ -48,8 +49,8 @@ class SandboxUnavailable(RuntimeError):
 
 
 def unsandboxed_allowed(environ=os.environ) -> bool:
-    """True when the instructor asked to grade without a sandbox (HWOPT_GRADER_UNSANDBOXED=1)."""
-    return environ.get(UNSANDBOXED_ENV, "").strip().lower() in ("1", "true", "yes")
+    """True when the instructor asked to grade without a sandbox (the UNSANDBOXED setting)."""
+    return settings.flag(settings.UNSANDBOXED, environ)
 
 
 def system_mounts() -> list[str]:
@@ -188,10 +189,10 @@ class PromptKernelClient(AsyncKernelClient):
     """jupyter_client's client, ready as soon as the kernel has answered on shell and IOPub is connected.
 
     jupyter_client's wait_for_ready then reads IOPub until it has been silent for 0.2 s: a fixed 0.2 s, with
-    no core working, for every kernel a grader starts (about an eighth of grading a notebook). Nothing needs
-    that flush: nbclient reads only the IOPub messages whose parent is one of its own requests. Its sockets
-    connect before the kernel has bound its own, and zmq tries again only every 0.1 s: a kernel that has
-    started waited up to that long for its first request, and again for IOPub, with no core working.
+    no core working, for every kernel a grader starts. Nothing needs that flush: nbclient reads only the
+    IOPub messages whose parent is one of its own requests. Its sockets connect before the kernel has bound
+    its own, and zmq tries again only every 0.1 s: a kernel that has started waited up to that long for its
+    first request, and again for IOPub, with no core working.
     """
 
     def _context_default(self) -> zmq.asyncio.Context:
@@ -226,8 +227,9 @@ class PromptKernelClient(AsyncKernelClient):
 class SandboxedKernelManager(AsyncKernelManager):
     """A kernel manager whose kernels run in the sandbox, talking over Unix sockets in a private directory."""
 
-    allow_unsandboxed = Bool(help=f"Grade without a sandbox where none can start (also {UNSANDBOXED_ENV}=1); "
-                             "the grading report flags every notebook graded so.").tag(config=True)
+    allow_unsandboxed = Bool(help=f"Grade without a sandbox where none can start (also "
+                             f"{settings.UNSANDBOXED.name}=1); the grading report flags every notebook "
+                             "graded so.").tag(config=True)
 
     uid = Integer(None, allow_none=True, help="The uid (and gid) the kernel runs as when grading as root "
                   "(default: sandbox_uid(), this grading process's own)").tag(config=True)
@@ -263,7 +265,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         reason = why_unavailable()
         if reason and not self.allow_unsandboxed:
             raise SandboxUnavailable(f"{reason}. To grade without a sandbox anyway (student code then runs "
-                                     f"with your rights), set {UNSANDBOXED_ENV}=1.")
+                                     f"with your rights), set {settings.UNSANDBOXED.name}=1.")
         self.sandboxed = reason is None
         if not self.sandboxed:
             self.log.warning("Grading WITHOUT a sandbox: %s", reason)

@@ -8,23 +8,23 @@ import stat
 import numpy as np
 import pytest
 
-from hwopt.course.grading import collect, judge
+from hwopt.course.grading import collect, judge, settings
 
 WHO = {"assignment": "a", "notebook": "a", "grade_id": "test_f"}
 
 
 def test_the_secret_comes_from_the_environment_or_its_file(tmp_path):
-    assert judge.load_secret({"HWOPT_GRADER_SECRET": "s3"}) == b"s3"
+    assert judge.load_secret({settings.SECRET.name: "s3"}) == b"s3"
     path = judge.create_secret(tmp_path / "dir" / "secret")
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert judge.load_secret({"HWOPT_GRADER_SECRET_FILE": str(path)}) == path.read_text().strip().encode()
+    assert judge.load_secret({settings.SECRET_FILE.name: str(path)}) == path.read_text().strip().encode()
     with pytest.raises(FileExistsError, match="keep it"):
         judge.create_secret(path)
 
 
 def test_no_secret_stops_grading_and_says_how_to_make_one(tmp_path):
     with pytest.raises(judge.MissingSecret, match="python -m hwopt.course.grading secret"):
-        judge.load_secret({"HWOPT_GRADER_SECRET_FILE": str(tmp_path / "none")})
+        judge.load_secret({settings.SECRET_FILE.name: str(tmp_path / "none")})
 
 
 def test_cases_are_the_same_for_the_same_secret_and_student_and_differ_otherwise():

@@ -1,17 +1,13 @@
 """The graded assignments (source/, release/): structure that keeps grading fair and hidden tests hidden."""
 
 import re
-import sys
-from pathlib import Path
 
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "autograder"))
-import samples  # noqa: E402
-
-from hwopt.course.grading.notebooks import HIDDEN_BEGIN, hidden_region, strip_hidden_tests  # noqa: E402
+from hwopt.course.grading import samples
+from hwopt.course.grading.course import ASSIGNMENTS, load_notebook
+from hwopt.course.grading.notebooks import HIDDEN_BEGIN, hidden_region, strip_hidden_tests
 
 
 def nbg(cell) -> dict:
@@ -22,17 +18,17 @@ def graded_cells(nb):
     return [c for c in nb.cells if nbg(c).get("grade") and c.cell_type == "code"]
 
 
-@pytest.mark.parametrize("assignment", samples.ASSIGNMENTS)
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_setup_cell_comes_first_and_is_locked(assignment):
     for kind in ("source", "release"):
-        first = samples.load(kind, assignment).cells[0]
+        first = load_notebook(kind, assignment).cells[0]
         assert "colab-setup" in first.metadata.get("tags", []), f"{kind}/{assignment}: setup cell first"
         assert nbg(first).get("locked"), f"{kind}/{assignment}: setup cell locked (restored at grading)"
 
 
-@pytest.mark.parametrize("assignment", samples.ASSIGNMENTS)
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_every_test_cell_has_points_and_judged_checks(assignment):
-    cells = graded_cells(samples.load("source", assignment))
+    cells = graded_cells(load_notebook("source", assignment))
     assert len(cells) >= 4, "questions are split into several graded cells (partial credit)"
     for cell in cells:
         assert nbg(cell)["locked"] and nbg(cell)["points"] > 0, nbg(cell)["grade_id"]
@@ -40,16 +36,16 @@ def test_every_test_cell_has_points_and_judged_checks(assignment):
     assert sum(nbg(c)["points"] for c in cells) == samples.FULL[assignment]
 
 
-@pytest.mark.parametrize("assignment", samples.ASSIGNMENTS)
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_hidden_regions_only_declare_checks(assignment):
     """The hidden region is run by the judge, never by the student's kernel: no asserts, no answers there."""
-    for cell in graded_cells(samples.load("source", assignment)):
+    for cell in graded_cells(load_notebook("source", assignment)):
         assert not re.search(r"^\s*assert\b", hidden_region(cell.source), re.M), nbg(cell)["grade_id"]
 
 
-@pytest.mark.parametrize("assignment", samples.ASSIGNMENTS)
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_release_has_no_solutions_and_no_hidden_tests(assignment):
-    source, release = samples.load("source", assignment), samples.load("release", assignment)
+    source, release = load_notebook("source", assignment), load_notebook("release", assignment)
     text = nbformat.writes(release)
     assert HIDDEN_BEGIN not in text and "BEGIN SOLUTION" not in text
     solutions = [c for c in release.cells if nbg(c).get("solution")]
@@ -59,10 +55,10 @@ def test_release_has_no_solutions_and_no_hidden_tests(assignment):
 
 
 def test_quiz_answers_cannot_be_read_from_the_visible_tests():
-    quiz = samples.load("source", "quiz")
+    quiz = load_notebook("source", "quiz")
     solutions = [nbg(c)["grade_id"] for c in quiz.cells if nbg(c).get("solution")]
     assert solutions == ["student_id", "answers"], "the student types their id and their answers"
-    for cell in graded_cells(samples.load("release", "quiz")):
+    for cell in graded_cells(load_notebook("release", "quiz")):
         assert "==" not in cell.source, "visible quiz checks test the format only"
         assert "hashlib" not in cell.source and "quiz_answers" not in cell.source
     for cell in graded_cells(quiz):  # each part is judged on the id it is graded under
@@ -70,8 +66,8 @@ def test_quiz_answers_cannot_be_read_from_the_visible_tests():
 
 
 def test_nothing_graded_depends_on_time_or_the_machine():
-    for assignment in samples.ASSIGNMENTS:
-        text = nbformat.writes(samples.load("source", assignment))
+    for assignment in ASSIGNMENTS:
+        text = nbformat.writes(load_notebook("source", assignment))
         for needle in ("import time", "perf_counter", "time.time", "torch.cuda", "probe",
                        "hwopt.machine.bench"):
             assert needle not in text, f"{assignment}: {needle}"

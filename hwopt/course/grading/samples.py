@@ -1,8 +1,9 @@
 """Sample submissions, derived from source/ and release/ so they stay in sync with the assignments.
 
-Each sample student is one way a submission can go right or wrong; `write_submissions` lays them out as
-nbgrader's submitted/<student>/<assignment>/<notebook>.ipynb. A student's assignments not named in its
-variants are the correct solution. EXPECTED holds the scores the grader must give (tests check them).
+Each sample student is one way a submission can go right or wrong, attacks on the grader included;
+`write_submissions` lays them out as nbgrader's submitted/<student>/<assignment>/<notebook>.ipynb. A
+student's assignments not named in its variants are the correct solution. EXPECTED holds the scores the
+grader must give (the tests and `python -m hwopt.course.grading demo` check them).
 """
 
 from __future__ import annotations
@@ -16,27 +17,11 @@ from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parents[1]
-ASSIGNMENTS = (
-    "batching", "bandwidth_precision", "latency_budget", "quiz",
-    "roofline",  # assignment 5
-    "fusion",  # assignment 7
-    "quantize", "profiling",  # assignments 6 and 8
-    "memory_kv",  # assignment 9: weights + KV cache + activations, the largest batch that fits
-    "serving_queue",  # assignment 10: p99 with queueing under dynamic batching
-)
+from hwopt.course import quiz
+from hwopt.course.grading import course, settings
+
 ATTACKED = ("batching", "bandwidth_precision", "latency_budget", "quiz")  # the attack samples target these
 SOLUTION_MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
-
-
-def notebook_name(assignment: str) -> str:
-    """Each assignment has one notebook, named after it."""
-    return assignment
-
-
-def load(kind: str, assignment: str, root: Path = ROOT):
-    """The source/ or release/ notebook of an assignment."""
-    return nbformat.read(root / kind / assignment / f"{notebook_name(assignment)}.ipynb", as_version=4)
 
 
 def _grade_id(cell) -> str | None:
@@ -47,27 +32,25 @@ QUIZ_KEY = "autograder/quiz_answers.json"  # the quiz's answer key: never in sou
 SAMPLE_ID = "instructor"  # the id a solved quiz is written for when no student id is given
 
 
-def quiz_solution(student_id: str, root: Path = ROOT) -> dict[str, str]:
+def quiz_solution(student_id: str, root: Path = course.ROOT) -> dict[str, str]:
     """The quiz's solution cells as student_id types them: that id, and the right letter of each question."""
-    from hwopt.course import quiz
-
     bank = quiz.load_bank(root / "source" / "quiz" / "question_bank.json")
     key = quiz.AnswerKey(root / QUIZ_KEY)
     right = {q["id"]: key.letter(q) for q in quiz.draw(bank, student_id)}
     return {"student_id": f"STUDENT_ID = {student_id!r}", "answers": f"answers = {right!r}"}
 
 
-def solved(assignment: str, root: Path = ROOT, student_id: str = SAMPLE_ID):
+def solved(assignment: str, root: Path = course.ROOT, student_id: str = SAMPLE_ID):
     """What a student who solved everything submits: the release notebook with the solutions typed in.
 
     The quiz's solution depends on who answers it (each student draws their own questions): it is written
     for student_id, the id the submission is graded under.
     """
-    answers = {_grade_id(c): c.source for c in load("source", assignment, root).cells
+    answers = {_grade_id(c): c.source for c in course.load_notebook("source", assignment, root).cells
                if c.metadata.get("nbgrader", {}).get("solution")}
     if assignment == "quiz":
         answers = quiz_solution(student_id, root)
-    nb = load("release", assignment, root)
+    nb = course.load_notebook("release", assignment, root)
     for cell in nb.cells:
         if _grade_id(cell) in answers:
             cell.source = "\n".join(line for line in answers[_grade_id(cell)].split("\n")
@@ -84,7 +67,7 @@ def edit(nb, grade_id: str, old: str, new: str):
     """Replace text in one cell (the text must be there: samples break loudly when a notebook changes)."""
     target = cell(nb, grade_id)
     if old not in target.source:
-        raise ValueError(f"{grade_id}: {old!r} not found; update autograder/samples.py")
+        raise ValueError(f"{grade_id}: {old!r} not found; update hwopt/course/grading/samples.py")
     target.source = target.source.replace(old, new)
     return nb
 
@@ -149,7 +132,7 @@ def v_serving_queue_slip(a, release, good):
 
 def v_quiz_slip(a, release, good):
     if a == "quiz":  # a classmate's id and answers copied: graded on this student's own draw
-        return solved(a, ROOT, "a classmate")
+        return solved(a, course.ROOT, "a classmate")
     return good
 
 
@@ -345,7 +328,7 @@ def _from_toolkit(name):
     raise ImportError(name)
 """
 
-READ_SOURCE = """\
+READ_SOURCE = f"""\
 import json, os, pathlib
 import hwopt
 
@@ -353,7 +336,7 @@ import hwopt
 def _steal():
     \"\"\"Run the solutions of any instructor or classmate notebook this kernel can read.\"\"\"
     here = pathlib.Path.cwd()
-    roots = {*here.parents, here, pathlib.Path(hwopt.__file__).resolve().parents[1], pathlib.Path.home()}
+    roots = {{*here.parents, here, pathlib.Path(hwopt.__file__).resolve().parents[1], pathlib.Path.home()}}
     for root in roots:
         for pattern in ("source/*/*.ipynb", "submitted/*/*/*.ipynb", "autograded/*/*/*.ipynb"):
             try:
@@ -368,12 +351,12 @@ def _steal():
                 except Exception:
                     continue
                 for cell in cells:
-                    if cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+                    if cell.get("metadata", {{}}).get("nbgrader", {{}}).get("solution"):
                         try:
                             exec("".join(cell["source"]), globals())
                         except Exception:
                             pass
-    for secret in (os.environ.get("HWOPT_GRADER_SECRET"), pathlib.Path("~/.config/hwopt/grader-secret")):
+    for secret in (os.environ.get({settings.SECRET.name!r}), pathlib.Path({settings.SECRET_FILE.default!r})):
         try:
             print("secret:", pathlib.Path(secret).expanduser().read_text() if secret else None)
         except Exception:
@@ -529,28 +512,14 @@ STUDENTS: dict[str, Variant] = {
 ATTACKS_WITHOUT_WORK = ("transformer", "equals_anything", "toolkit", "read_source")
 ATTACKS_WITH_WORK = ("write_files", "signal", "flood")  # signal_next: graded right after signal
 
-ALL = ASSIGNMENTS
+ALL = course.ASSIGNMENTS
 # The assignments each sample is about (the end-to-end test grades only these; a class demo grades all).
-TARGETS = {"correct": ALL, "blank": ALL, "raises": ("batching",),
-           "wrong": ("latency_budget", "quiz",
-                     "roofline",
-                     "fusion",
-                     "memory_kv", "serving_queue"),
-           "infinite_loop": ("latency_budget",), "sigint_loop": ("latency_budget",),
-           "edited_tests": ("latency_budget",), "hardcoded": ("latency_budget",), "stderr": ("batching",),
-           "memory_hog": ("bandwidth_precision",), "invalid_json": ("quiz",), "missing": ("latency_budget",),
-           "colab": ("latency_budget",), "stripped": ("latency_budget",),
+TARGETS = {"correct": ALL, "blank": ALL, "wrong": ALL, "raises": ("batching",), "stderr": ("batching",),
+           **dict.fromkeys(("infinite_loop", "sigint_loop", "edited_tests", "hardcoded", "missing", "colab",
+                            "stripped", "fork_bomb"), ("latency_budget",)),
+           "memory_hog": ("bandwidth_precision",), "invalid_json": ("quiz",),
            **{name: ATTACKED for name in (*ATTACKS_WITHOUT_WORK, *ATTACKS_WITH_WORK, "signal_next")},
-           "fork_bomb": ("latency_budget",),
-           "roofline_slip": ("roofline",),
-           "fusion_slip": ("fusion",),
-           "memory_kv_slip": ("memory_kv",),
-           "serving_queue_slip": ("serving_queue",)}
-TARGETS["wrong"] += ("quantize", "profiling")  # assignments 6 and 8
-TARGETS["wrong"] += ("batching", "bandwidth_precision")  # assignments 1 and 2
-TARGETS.update(batching_slip=("batching",), bandwidth_precision_slip=("bandwidth_precision",),
-               quiz_slip=("quiz",))
-TARGETS.update(quantize_slip=("quantize",), profiling_slip=("profiling",))
+           **{f"{a}_slip": (a,) for a in ALL if a != "latency_budget"}}  # latency_budget: the samples above
 FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "quiz": 10.0,
         "roofline": 11.0,
         "fusion": 11.0,
@@ -617,17 +586,17 @@ EXPECTED = {
 }
 
 
-def submission(student: str, assignment: str, root: Path = ROOT, student_id: str | None = None):
+def submission(student: str, assignment: str, root: Path = course.ROOT, student_id: str | None = None):
     """The notebook (or raw bytes, or None) that this sample student submits for this assignment.
 
     student_id: the id it is graded under (the sample's name unless given): the quiz is drawn for it.
     """
     good = solved(assignment, root, student_id or student)
-    return STUDENTS[student](assignment, load("release", assignment, root), good)
+    return STUDENTS[student](assignment, course.load_notebook("release", assignment, root), good)
 
 
 def write_submissions(submitted: Path, students: dict[str, str] | None = None, targets_only: bool = False,
-                      root: Path = ROOT) -> list[tuple[str, str]]:
+                      root: Path = course.ROOT) -> list[tuple[str, str]]:
     """Write submitted/<student>/<assignment>/<notebook>.ipynb; students maps id -> sample name.
 
     targets_only: each sample submits only the assignments it is about (TARGETS), else all of them.
@@ -635,11 +604,11 @@ def write_submissions(submitted: Path, students: dict[str, str] | None = None, t
     students = students or {name: name for name in STUDENTS}
     written = []
     for student_id, sample in students.items():
-        for assignment in TARGETS[sample] if targets_only else ASSIGNMENTS:
+        for assignment in TARGETS[sample] if targets_only else course.ASSIGNMENTS:
             content = submission(sample, assignment, root, student_id)
             folder = Path(submitted) / student_id / assignment
             folder.mkdir(parents=True, exist_ok=True)
-            path = folder / f"{notebook_name(assignment)}.ipynb"
+            path = folder / f"{course.notebook_name(assignment)}.ipynb"
             if content is None:
                 continue
             if isinstance(content, bytes):

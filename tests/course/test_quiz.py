@@ -4,18 +4,13 @@ import itertools
 import json
 import re
 import string
-import sys
-from pathlib import Path
 
 import pytest
 
 from hwopt.course import quiz
-from hwopt.course.grading import judge
+from hwopt.course.grading import judge, samples
+from hwopt.course.grading.course import ROOT, load_notebook
 from hwopt.course.grading.reference import Reference
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "autograder"))
-import samples  # noqa: E402
 
 BANK_PATH = ROOT / "source" / "quiz" / "question_bank.json"
 KEY_PATH = ROOT / samples.QUIZ_KEY
@@ -159,7 +154,7 @@ def test_the_reference_grades_the_draw_of_the_id_it_grades_and_the_samples_answe
 
 
 def test_the_grade_cells_are_the_groups_of_the_draw_one_point_per_question():
-    nb = samples.load("source", "quiz")
+    nb = load_notebook("source", "quiz")
     cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
     lessons = [json.loads(re.search(r"lessons=(\[[\d, ]+\])\)", c.source)[1]) for c in cells]
     assert lessons == [list(group) for group, _ in quiz.GROUPS]

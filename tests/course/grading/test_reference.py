@@ -1,16 +1,10 @@
 """course.grading.reference: each assignment's reference runs here and every grade cell declares checks."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from hwopt.course.grading import judge
+from hwopt.course.grading.course import ASSIGNMENTS, ROOT
 from hwopt.course.grading.reference import Reference
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "autograder"))
-import samples  # noqa: E402
 
 STUDENTS = ("ada", "grace", "alan")
 
@@ -20,7 +14,7 @@ def drawn(ref, assignment, gid, student):
                                          student=student, index=i)) for i, c in enumerate(ref.checks[gid])]
 
 
-@pytest.mark.parametrize("assignment", samples.ASSIGNMENTS)
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_every_grade_cell_has_checks_and_the_reference_answers_every_case(assignment):
     ref = Reference.load(ROOT / "source" / assignment / f"{assignment}.ipynb")
     assert ref.checks and all(ref.checks.values()), "every grade cell declares at least one check"
@@ -32,7 +26,7 @@ def test_every_grade_cell_has_checks_and_the_reference_answers_every_case(assign
                     assert ("value" in outcome) != bool(one.must_name), (gid, one.about, outcome)
 
 
-@pytest.mark.parametrize("assignment", samples.ASSIGNMENTS)
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_hidden_cases_differ_between_students_and_repeat_for_one(assignment):
     ref = Reference.load(ROOT / "source" / assignment / f"{assignment}.ipynb")
     for gid in ref.checks:

@@ -1,9 +1,11 @@
-"""course.grading.gradebook: which gradebooks take parallel writers; a private PostgreSQL server."""
+"""course.grading.gradebook: which gradebooks take parallel writers; one engine per gradebook in a run."""
 
 import os
 import sys
 
+import nbgrader.api as api
 import pytest
+from sqlalchemy import event, text
 
 from hwopt.course.grading import gradebook
 
@@ -17,74 +19,7 @@ def test_sqlite_takes_one_writer_and_a_server_many():
             gradebook.takes_parallel_writers(bad)
 
 
-@pytest.mark.slow
-def test_a_local_server_takes_parallel_writers_and_leaves_nothing_behind(postgres_url):
-    from concurrent.futures import ThreadPoolExecutor
-
-    from sqlalchemy import create_engine, text
-
-    engine = create_engine(postgres_url, pool_size=4)
-    try:
-        with engine.begin() as db:
-            db.execute(text("CREATE TABLE grades (student TEXT PRIMARY KEY, score REAL)"))
-
-        def write(i):
-            with engine.begin() as db:
-                db.execute(text("INSERT INTO grades VALUES (:s, :v)"), {"s": f"s{i}", "v": float(i)})
-
-        with ThreadPoolExecutor(4) as pool:
-            list(pool.map(write, range(40)))
-        with engine.connect() as db:
-            assert db.execute(text("SELECT COUNT(*), SUM(score) FROM grades")).one() == (40, sum(range(40)))
-            db.execute(text("DROP TABLE grades"))
-            db.commit()
-    finally:
-        engine.dispose()
-    assert postgres_url.startswith("postgresql://postgres@127.0.0.1:")
-
-
-@pytest.mark.slow
-def test_each_test_gets_a_database_of_its_own(postgres_url):
-    from sqlalchemy import create_engine, inspect
-
-    engine = create_engine(postgres_url)
-    try:
-        assert inspect(engine).get_table_names() == []  # nothing of another test's
-    finally:
-        engine.dispose()
-
-
-@pytest.mark.slow
-def test_stopping_a_server_removes_its_folder():
-    if gradebook.why_no_server():
-        pytest.skip(gradebook.why_no_server())
-    server = gradebook.LocalServer("scratch").start()
-    folder = server.folder
-    assert (folder / "data" / "postmaster.pid").exists()
-    server.stop()
-    assert not folder.exists() and server.folder is None
-    with pytest.raises(RuntimeError, match="not running"):
-        assert server.url
-
-
-def test_a_database_name_is_a_plain_name():
-    with pytest.raises(ValueError, match="database must be a plain name"):
-        gradebook.LocalServer("grades; DROP TABLE")
-    with pytest.raises(RuntimeError, match="not running"):
-        gradebook.LocalServer().create_database("another")
-
-
-def test_the_server_programs_are_found_where_debian_puts_them():
-    found = gradebook.server_bin_dir()
-    assert found is None or (found / "initdb").exists()
-    if os.environ.get("CI", "").lower() == "true":
-        assert gradebook.why_no_server() is None  # `make test` installs postgresql
-
-
 def test_kept_connections_give_every_gradebook_of_a_url_one_engine_for_the_block(tmp_path, monkeypatch):
-    import nbgrader.api as api
-    from sqlalchemy import event
-
     monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")
     url, other = (f"sqlite:///{tmp_path / name}" for name in ("a.db", "b.db"))
     nbgraders_own = api.create_engine, api.Base.metadata.create_all, api.Gradebook.close
@@ -128,9 +63,6 @@ def test_a_psycopg_connection_plans_each_query_once_keeping_the_urls_own_options
 
 @pytest.mark.slow
 def test_kept_connections_to_a_server_plan_each_query_once(postgres_url, tmp_path, monkeypatch):
-    import nbgrader.api as api
-    from sqlalchemy import text
-
     monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")
     with gradebook.kept_connections(), api.Gradebook(postgres_url) as gb:
         gb.add_student("ada")

@@ -3,6 +3,7 @@
 import asyncio
 import json
 import os
+import pwd
 import socket
 import sys
 import time
@@ -12,21 +13,25 @@ import pytest
 import zmq
 from jupyter_client.kernelspec import KernelSpecManager
 
-from hwopt.course.grading import sandbox
+from hwopt.course.grading import sandbox, settings
+from hwopt.course.grading.course import ROOT
+from tests.support import skip_outside_ci
 
-ROOT = Path(__file__).resolve().parents[1]
+UNSANDBOXED, PROCESSES, THREADS = (s.name for s in (settings.UNSANDBOXED, settings.MAX_PROCESSES,
+                                                     settings.THREADS))
 pytestmark = pytest.mark.slow
 
 
 class Kernel:
     """A grading kernel started the way autograde starts it, with a helper to run code and read stdout."""
 
-    def __init__(self, cwd: Path, uid: int | None = None, **env):
+    def __init__(self, cwd: Path, uid: int | None = None, env: dict | None = None):
         ksm = KernelSpecManager(kernel_dirs=[str(ROOT / "autograder" / "kernels")])
         self.km = sandbox.SandboxedKernelManager(kernel_name="hwopt-grader", kernel_spec_manager=ksm, uid=uid)
         self.loop = asyncio.new_event_loop()
         try:
-            self.loop.run_until_complete(self.km.start_kernel(cwd=str(cwd), env={**os.environ, **env}))
+            started = self.km.start_kernel(cwd=str(cwd), env={**os.environ, **(env or {})})
+            self.loop.run_until_complete(started)
         except BaseException:
             self.loop.close()
             raise
@@ -66,8 +71,8 @@ def course(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def kernel(course, grading_sandbox):
-    k = Kernel(course / "autograded" / "ada" / "a", HWOPT_GRADER_SECRET="s3cret",
-               HWOPT_GRADER_SECRET_FILE=str(course / "secret"), HWOPT_GRADER_MAX_PROCESSES="64")
+    k = Kernel(course / "autograded" / "ada" / "a", env={settings.SECRET.name: "s3cret",
+               settings.SECRET_FILE.name: str(course / "secret"), PROCESSES: "64"})
     yield k
     k.close()
 
@@ -92,7 +97,7 @@ def test_what_the_kernel_writes_stays_in_its_private_copy(kernel, course):
 def test_the_kernel_gets_no_secret_and_a_clean_environment(kernel):
     env = json.loads(kernel.run("import json, os\nprint(json.dumps(dict(os.environ)))"))
     assert not any("SECRET" in k for k in env), env
-    assert env["HWOPT_GRADER_MAX_PROCESSES"] == "64"
+    assert env[PROCESSES] == "64"
 
 
 def test_the_kernel_has_no_network(kernel):
@@ -155,9 +160,9 @@ def test_the_kernel_computes_with_the_graders_thread_setting_not_its_environment
     code = ("import json, os, torch\n"
             "print(json.dumps([torch.get_num_threads(), os.environ['OPENBLAS_NUM_THREADS']]))")
     folder = course / "autograded" / "ada" / "a"
-    for env, expected in (({"OMP_NUM_THREADS": "2", "HWOPT_GRADER_THREADS": ""}, [1, "1"]),
-                          ({"OMP_NUM_THREADS": "1", "HWOPT_GRADER_THREADS": "2"}, [2, "2"])):
-        k = Kernel(folder, **env)
+    for env, expected in (({"OMP_NUM_THREADS": "2", THREADS: ""}, [1, "1"]),
+                          ({"OMP_NUM_THREADS": "1", THREADS: "2"}, [2, "2"])):
+        k = Kernel(folder, env=env)
         try:
             assert json.loads(k.run(code)) == expected, env
         finally:
@@ -180,7 +185,7 @@ def test_a_launcher_in_the_students_folder_is_not_the_one_that_runs(tmp_path, gr
     (fake / "kernel.py").write_text(UNLIMITED_LAUNCHER)
     (folder / "helper.py").write_text("ANSWER = 42\n")
     # a uid of its own: the module's kernel leaves sleeping children that hold its uid's process limit
-    kernel = Kernel(folder, uid=sandbox.sandbox_uid(2**22 - 3), HWOPT_GRADER_MAX_PROCESSES="64")
+    kernel = Kernel(folder, uid=sandbox.sandbox_uid(2**22 - 3), env={PROCESSES: "64"})
     try:
         got = kernel.run("import os, resource, sys, helper\n"
                          "print(resource.getrlimit(resource.RLIMIT_NPROC)[1], helper.ANSWER, "
@@ -209,11 +214,11 @@ THREAD_STARTS = "import threading\nt = threading.Thread(target=print, args=('sta
 def kernel_beside_a_fork_bomb(folder: Path, same_uid: bool) -> str:
     """What a second kernel says while a first one's fork bomb holds its uid's process limit."""
     bomb_uid, other_uid = sandbox.sandbox_uid(2**22 - 1), sandbox.sandbox_uid(2**22 - 2)  # above pid_max
-    bomb = Kernel(folder, uid=bomb_uid, HWOPT_GRADER_MAX_PROCESSES="64")
+    bomb = Kernel(folder, uid=bomb_uid, env={PROCESSES: "64"})
     try:
         assert 0 < int(bomb.run(FORK_TO_THE_LIMIT)) < 64
         try:
-            other = Kernel(folder, uid=bomb_uid if same_uid else other_uid, HWOPT_GRADER_MAX_PROCESSES="64")
+            other = Kernel(folder, uid=bomb_uid if same_uid else other_uid, env={PROCESSES: "64"})
         except RuntimeError as err:  # it could not start its threads: it died at start
             return f"died: {err}"
         try:
@@ -237,7 +242,6 @@ def test_a_fork_bomb_starves_the_kernels_of_its_own_uid_only(course, grading_san
 def test_each_grading_process_has_its_own_sandbox_uid():
     assert sandbox.sandbox_uid(100) != sandbox.sandbox_uid(101)
     assert sandbox.sandbox_uid() == sandbox.SANDBOX_UID_BASE + os.getpid()
-    import pwd
 
     with pytest.raises(KeyError):
         pwd.getpwuid(sandbox.sandbox_uid())  # no account has it
@@ -257,9 +261,9 @@ def test_cleaning_up_a_kernel_that_died_at_start_removes_its_folder(tmp_path):
 
 def test_no_sandbox_stops_grading_unless_allowed(monkeypatch, course):
     monkeypatch.setattr(sandbox, "why_unavailable", lambda: "bubblewrap is not installed")
-    with pytest.raises(sandbox.SandboxUnavailable, match="HWOPT_GRADER_UNSANDBOXED=1"):
+    with pytest.raises(sandbox.SandboxUnavailable, match=f"{UNSANDBOXED}=1"):
         Kernel(course)
-    monkeypatch.setenv(sandbox.UNSANDBOXED_ENV, "1")
+    monkeypatch.setenv(UNSANDBOXED, "1")
     k = Kernel(course / "autograded" / "ada" / "a")
     try:
         assert k.km.sandboxed is False
@@ -277,7 +281,7 @@ def kernel_manager():
 def test_grading_on_macos_or_windows_refuses_with_the_documented_message(monkeypatch, platform):
     monkeypatch.setattr(sandbox.sys, "platform", platform)
     sandbox.why_unavailable.cache_clear()
-    monkeypatch.delenv(sandbox.UNSANDBOXED_ENV, raising=False)
+    monkeypatch.delenv(UNSANDBOXED, raising=False)
     reason = f"the grading sandbox needs Linux (bubblewrap); this is {platform}"
     try:
         assert sandbox.why_unavailable() == reason
@@ -286,14 +290,14 @@ def test_grading_on_macos_or_windows_refuses_with_the_documented_message(monkeyp
     finally:
         sandbox.why_unavailable.cache_clear()
     assert str(refused.value) == (f"{reason}. To grade without a sandbox anyway (student code then runs with "
-                                  f"your rights), set {sandbox.UNSANDBOXED_ENV}=1.")
+                                  f"your rights), set {UNSANDBOXED}=1.")
     readme = " ".join((ROOT / "README.md").read_text().split())
-    assert "the grading sandbox needs Linux (bubblewrap)" in readme and sandbox.UNSANDBOXED_ENV in readme, (
+    assert "the grading sandbox needs Linux (bubblewrap)" in readme and UNSANDBOXED in readme, (
         "the README's instructors' section documents the refusal")
 
 
 def test_the_grading_kernelspec_launches_this_environments_interpreter(monkeypatch):
-    monkeypatch.setenv(sandbox.UNSANDBOXED_ENV, "1")
+    monkeypatch.setenv(UNSANDBOXED, "1")
     monkeypatch.setattr(sandbox, "why_unavailable", lambda: "no sandbox in this test")
     km = kernel_manager()
     assert km.format_kernel_cmd()[:4] == [sys.executable, "-P", "-m", "hwopt.course.grading.kernel"]
@@ -303,8 +307,6 @@ def test_the_grading_kernelspec_launches_this_environments_interpreter(monkeypat
 
 
 def test_without_a_sandbox_grading_tests_skip_saying_so_but_fail_in_ci(monkeypatch):
-    from tests.support import skip_outside_ci
-
     monkeypatch.delenv("CI", raising=False)
     with pytest.raises(pytest.skip.Exception, match="needs bubblewrap"):
         skip_outside_ci("needs bubblewrap")
@@ -369,7 +371,7 @@ def test_the_grading_client_is_ready_once_iopub_answers(course, grading_sandbox)
 
 
 def test_the_grading_client_says_when_the_kernel_died_before_it_was_ready(monkeypatch, tmp_path):
-    monkeypatch.setenv(sandbox.UNSANDBOXED_ENV, "1")
+    monkeypatch.setenv(UNSANDBOXED, "1")
     monkeypatch.setattr(sandbox, "why_unavailable", lambda: "no sandbox in this test")
     km = kernel_manager()
     km.kernel_spec.argv = [sys.executable, "-c", "raise SystemExit(3)"]

@@ -1,5 +1,9 @@
 """course.grading.plugins: what a judged grade cell shows, and the score nbgrader reads from it."""
 
+import contextlib
+import io
+from pathlib import Path
+
 import jinja2
 import nbformat
 import pytest
@@ -7,7 +11,7 @@ from nbconvert.exporters import HTMLExporter
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 from nbgrader.utils import determine_grade
 
-from hwopt.course.grading import judge, plugins
+from hwopt.course.grading import course, judge, plugins
 
 
 def grade_cell(outputs):
@@ -34,9 +38,6 @@ def test_the_judge_alone_decides_the_score_nbgrader_reads(points):
 
 
 def test_collect_code_reports_the_outcomes_from_a_namespace():
-    import contextlib
-    import io
-
     ns = {"f": lambda x: x + 1}
     code = plugins.collect_code("f(x)", [judge.case("one", x=1), judge.case("two", x=41)], "m:")
     with contextlib.redirect_stdout(io.StringIO()) as out:
@@ -89,3 +90,13 @@ def test_the_feedback_exporter_recompiles_a_template_whose_source_changed(tmp_pa
     assert "first 1" in render() and "first 1" in render()
     template.write_text("second {{ nb.cells | length }}")
     assert "second 1" in render()
+
+
+def test_a_reference_is_run_once_per_process_whichever_course_folder_links_to_it(tmp_path, monkeypatch):
+    loaded = []
+    monkeypatch.setattr(plugins, "_references", {})
+    monkeypatch.setattr(plugins.Reference, "load", classmethod(lambda cls, path: loaded.append(path) or path))
+    first, second = (course.prepare_course(tmp_path / name) for name in ("first", "second"))
+    notebook = Path("source") / "batching" / "batching.ipynb"
+    assert plugins.load_reference(first / notebook) == plugins.load_reference(second / notebook)
+    assert loaded == [(course.ROOT / notebook).resolve()]

@@ -1,0 +1,189 @@
+"""Grade a class: every submission gets a score or an explicit, logged failure; one never stops the others.
+
+nbgrader's own steps (generate_assignment, autograde, generate_feedback, export) run through its Python API
+with the repository's nbgrader_config.py, each student's assignment a task for a grading worker. One worker
+grades the tasks in order (gradebook: SQLite, the course's gradebook.db). With a gradebook server (a
+postgresql:// db_url, or the DB_URL setting) the class is graded by several worker processes of a Dask
+cluster (grading.cluster). Each worker keeps its nbgrader and the assignments' references across tasks;
+every submission still gets a fresh sandboxed kernel, under that worker's own uid.
+
+Around nbgrader, each submission is checked first and its feedback after (grading.submission); after
+autograde the graded copy must exist (nbgrader deletes it on failure). grades_report.csv has one row per
+student and assignment: score, max_score, status, notes.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from hwopt.course.grading import cluster, course, gradebook, judge, kernel, sandbox, settings, submission
+
+# nbgrader log lines worth a note in the report: (pattern, note)
+LOG_NOTES = (
+    (r"Attribute '(points|locked|cell_type)' for cell", "edited cell metadata reset"),
+    (r"Restoring nbgrader metadata", "missing cell metadata restored"),
+    (r"restarting the kernel", "a cell ignored the interrupt: kernel restarted"),
+    (r"Timeout waiting for execute reply", "a cell timed out"),
+    (r"Output capped", "output beyond the byte cap dropped"),
+    (r"Kernel died|kernel died", "the kernel died"),
+)
+FINE = ("ok", "not submitted")  # statuses of a class graded without trouble
+
+
+@dataclass
+class Row:
+    """One student's result for one assignment."""
+
+    student: str
+    assignment: str
+    score: float = 0.0
+    max_score: float = 0.0
+    status: str = "ok"  # ok | not submitted | missing notebook | invalid notebook | autograde failed | ...
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def grade_one(api, folder: Path, assignment: str, student: str, force: bool = True) -> Row:
+    """Autograde and give feedback for one student's assignment in the course folder; never raises for a bad
+    submission."""
+    row, start = Row(student, assignment), time.perf_counter()
+    notebook = course.notebook_name(assignment)
+    submitted = folder / "submitted" / student / assignment
+    log_path = folder / "grading-logs" / f"{student}.{assignment}.log"
+    log_path.parent.mkdir(exist_ok=True)
+    problem = (submission.check_notebook(submitted / f"{notebook}.ipynb") if submitted.is_dir()
+               else "not submitted")
+    if problem == "not submitted":
+        row.status = problem
+    elif problem:
+        row.status = problem.split(" (")[0]
+        row.notes.append(problem)
+        gradebook.record_zero(api, assignment, student)
+        log_path.write_text(f"not graded: {problem}\n")
+    else:
+        graded = folder / "autograded" / student / assignment / f"{notebook}.ipynb"
+        row.notes += submission.tampering(submitted / f"{notebook}.ipynb",
+                                          folder / "release" / assignment / graded.name)
+        if force or not graded.exists():
+            result = api.autograde(assignment, student, force=True, create=True)
+            log_path.write_text(result.get("log", "") + result.get("error", ""))
+            row.notes += [note for pattern, note in LOG_NOTES if re.search(pattern, result.get("log", ""))]
+            if not (result["success"] and graded.exists()):
+                row.status = "autograde failed"
+                last = (result.get("error") or result.get("log") or "").strip().splitlines()[-1:]
+                row.notes.append(f"see {log_path.relative_to(folder)}: {' '.join(last)[:120]}")
+                gradebook.record_zero(api, assignment, student)
+        if row.status == "ok":
+            row.status = give_feedback(api, folder, assignment, student, row)
+    try:
+        row.score, row.max_score = gradebook.read_score(api, assignment, student)
+    except Exception:  # not submitted: no gradebook entry
+        row.max_score = gradebook.max_score(api, assignment)
+    row.seconds = time.perf_counter() - start
+    return row
+
+
+def give_feedback(api, folder: Path, assignment: str, student: str, row: Row) -> str:
+    """Generate the student's feedback page; delete it (and say so) if it shows any hidden test line."""
+    result = api.generate_feedback(assignment, student, force=True)
+    page = folder / "feedback" / student / assignment / f"{course.notebook_name(assignment)}.html"
+    if not (result["success"] and page.exists()):
+        row.notes.append("feedback failed")
+        return "ok"
+    leaks = submission.feedback_leaks(page.read_text(), submission.hidden_lines(assignment))
+    if leaks:
+        page.unlink()
+        row.notes.append(f"feedback withheld: it showed hidden tests ({leaks[0][:40]}...)")
+        return "feedback leak"
+    return "ok"
+
+
+def write_report(rows: list[Row], path: Path) -> Path:
+    """grades_report.csv: student, assignment, score, max_score, status, notes, seconds."""
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(asdict(rows[0])) if rows else ["student"])
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({**asdict(row), "notes": "; ".join(row.notes), "seconds": f"{row.seconds:.2f}"})
+    return path
+
+
+def ready_to_grade() -> str | None:
+    """Stop (SystemExit naming what is missing or wrong) without a secret or a sandbox, or with a kernel
+    setting (limits, threads) that is not valid; a note when unsandboxed."""
+    try:
+        judge.load_secret()
+    except judge.MissingSecret as err:
+        raise SystemExit(str(err)) from None
+    try:
+        kernel.check_environment()
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    reason = sandbox.why_unavailable()
+    if reason and not sandbox.unsandboxed_allowed():
+        raise SystemExit(f"{reason}. To grade without a sandbox anyway (student code then runs with your "
+                         f"rights), set {settings.UNSANDBOXED.name}=1.")
+    return reason
+
+
+_worker_apis: dict = {}  # per worker process: the nbgrader API of each course it grades (kept across tasks)
+
+
+def grade_task(folder: Path, assignment: str, student: str, timeout_s: int | None, force: bool,
+               db_url: str) -> Row:
+    """One task of a grading worker: one student's assignment; never raises (a grader error is a row)."""
+    try:
+        key = (str(folder), timeout_s, db_url)
+        if key not in _worker_apis:  # a worker process's first task of this course
+            _worker_apis[key] = course.make_api(folder, timeout_s, db_url)
+        with gradebook.kept_connections():
+            return grade_one(_worker_apis[key], folder, assignment, student, force=force)
+    except Exception as err:  # a bug of ours or nbgrader's: report it, grade the others
+        return Row(student, assignment, status="grader error", notes=[f"{type(err).__name__}: {err}"])
+
+
+def grade_class(folder: Path, assignments=course.ASSIGNMENTS, timeout_s: int | None = None,
+                force: bool = True, log=print, workers: int | None = None, db_url: str | None = None,
+                scheduler: str | None = None) -> list[Row]:
+    """Grade every student folder in folder/submitted for each assignment; write the report and grades.csv.
+
+    workers: grading processes (default: one per core where the gradebook takes parallel writers, else 1);
+    db_url: the gradebook (default course.gradebook_url's); scheduler: an existing Dask cluster's address.
+    """
+    unsandboxed = ready_to_grade()
+    db_url = course.gradebook_url(folder, db_url)
+    workers = cluster.plan_workers(workers, db_url, scheduler, log)
+    with gradebook.kept_connections():  # one engine per gradebook for the whole class
+        api = course.make_api(folder, timeout_s, db_url)
+        course.release(api, folder, assignments)
+        submitted = folder / "submitted"
+        students = sorted(p.name for p in submitted.iterdir() if p.is_dir()) if submitted.is_dir() else []
+        if not students:
+            log(f"no submissions in {submitted} (run nbgrader zip_collect or collect first)")
+        gradebook.register_students(api, students)
+        tasks = [(student, assignment) for student in students for assignment in assignments]
+        graded: dict[tuple[str, str], Row] = {}
+
+        def done(row: Row) -> None:
+            if unsandboxed and row.status != "not submitted":
+                row.notes.append(f"graded WITHOUT a sandbox ({unsandboxed})")
+            graded[row.student, row.assignment] = row
+            log(f"{row.student:>14} {row.assignment:<20} {row.score:5.1f}/{row.max_score:<5.1f} "
+                f"{row.status:<17} {'; '.join(row.notes)}")
+
+        task = {"folder": folder, "timeout_s": timeout_s, "force": force, "db_url": db_url}
+        if workers == 1 and not scheduler:
+            _worker_apis[str(folder), timeout_s, db_url] = api  # this process is the one worker
+            for student, assignment in tasks:
+                done(grade_task(assignment=assignment, student=student, **task))
+        elif tasks:
+            cluster.run(grade_task, tasks, workers, scheduler, done,
+                        failed=lambda s, a, why: Row(s, a, status="grader error", notes=[why]), **task)
+        rows = [graded[t] for t in tasks]  # the report's order, whoever graded what first
+        write_report(rows, folder / "grades_report.csv")
+        course.export(api, folder)
+        return rows

@@ -1144,6 +1144,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "compare_paths": lambda: call(lowbit_gemv.compare_paths, stack(), "avx2", ("int8",), 1, 2),
     }),
     **within("kernels.ort", {
+        "quiet_exporter": lambda: call(ort.quiet_exporter),
         "temp_dir": lambda: call(ort.temp_dir, "hwopt-test-", text="prefix"),
         "remove_temp_dirs": lambda: call(ort.remove_temp_dirs),
         "remove_stale_temp_dirs": lambda: call(ort.remove_stale_temp_dirs, TMP, text="folder"),
@@ -1542,6 +1543,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "Quantized.dequantize": lambda: call(quantization.quantize(weight(), "nvfp4").dequantize),
         "Quantized.steps": lambda: call(quantization.quantize(weight(), "int4_g32").steps),
         "Quantized.numpy": lambda: call(quantization.quantize(weight(), 4, symmetric=False).numpy),
+    }),
     **within("models.llama", {
         "LlamaConfig": lambda: call(llama.LlamaConfig, vocab_size=300, d_model=64, n_layers=1, n_heads=4,
                                     n_kv_heads=2, hidden=128, max_seq_len=64, zero="head_dim"),

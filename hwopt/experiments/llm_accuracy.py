@@ -3,7 +3,7 @@
 
 A model's weights are stored in the format and computed with in fp32 (weight-only), every matrix included (the
 tied embedding table too), norms kept in fp32:
-- formats of hwopt.formats through fake_quant.fake_quantize: fp16, bf16, fp8_e4m3 / fp8_e5m2 (one fp32 scale
+- formats of hwopt.formats through quantization.fake_quantize: fp16, bf16, fp8_e4m3 / fp8_e5m2 (one fp32 scale
   per tensor), int4_g32 / int4_g128 (an fp32 or fp16 scale per 32 or 128 values), mxfp4, nvfp4, ...; int8 and
   int4 have one fp32 scale per output channel (row);
 - GGUF tensor types (gguf_q8_0, gguf_q4_0, gguf_q4_k): the model written to a GGUF file with
@@ -27,8 +27,7 @@ import torch
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-from hwopt import arguments, formats, plots
-from hwopt.experiments import fake_quant
+from hwopt import arguments, formats, plots, quantization
 from hwopt.machine import bench
 from hwopt.machine.toolchain import cache_dir
 from hwopt.models import checkpoint, corpus, gguf_export, perplexity, tokenizer
@@ -40,7 +39,8 @@ __all__ = ["PRECISIONS", "GGUF_PRECISIONS", "load", "evaluation_stream", "quanti
 GGUF_PRECISIONS = {"gguf_q8_0": "Q8_0", "gguf_q4_0": "Q4_0", "gguf_q4_k": "Q4_K"}
 PRECISIONS = ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4_g128", "int4_g32", "mxfp4",
               "nvfp4", *GGUF_PRECISIONS)  # the table's rows, in the order lessons show them
-_PER_CHANNEL = {"int8": "int8_g32", "int4": "int4_g32"}  # a scale per row: a group format, one group a row
+# int8 and int4: a scale per row, stored as a group format's scale is (one group a row)
+_PER_CHANNEL = {"int8": "int8_g32", "int4": "int4_g32"}
 _VERSION = 1  # bump when what a cached result means changes
 EVAL_SETS = ("validation",)
 
@@ -49,7 +49,7 @@ def _precision(precision) -> str:
     if isinstance(precision, str) and precision in GGUF_PRECISIONS:
         return precision
     try:
-        return arguments.precision("precision", precision)
+        return formats.name(precision)
     except ValueError:
         raise ValueError(f"precision must be a format of hwopt.formats ({', '.join(formats.FORMATS)}) or "
                          f"a GGUF type ({', '.join(GGUF_PRECISIONS)}); got {precision!r}") from None
@@ -102,11 +102,13 @@ def quantize_weights(net: Llama, precision, tokenizer_path: Path | str | None = 
         for p in out.parameters():  # a tied head is the embedding table, visited once
             if p.dim() != 2:
                 continue
-            fmt = formats.get(precision)
-            if precision in _PER_CHANNEL:
-                fmt = formats.get(_PER_CHANNEL[precision]).with_block(p.shape[1])
+            per_channel = precision in _PER_CHANNEL
+            fmt = (formats.get(_PER_CHANNEL[precision]).with_block(p.shape[1]) if per_channel
+                   else formats.get(precision))
             if precision != "fp32":
-                p.copy_(fake_quant.fake_quantize(p.detach().float().cpu(), fmt).to(p.device, p.dtype))
+                rounded = quantization.fake_quantize(p.detach().float().cpu(), precision,
+                                                     per_channel=per_channel)
+                p.copy_(rounded.to(p.device, p.dtype))
             stored += p.numel() * fmt.bytes_per_weight
             count += p.numel()
     return out, stored / count

@@ -25,7 +25,7 @@ import torch
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-from hwopt import arguments, plots
+from hwopt import arguments, formats, plots
 from hwopt.machine import bench
 from hwopt.models import checkpoint, corpus, perplexity, tokenizer
 from hwopt.models.llama import Llama, LlamaConfig
@@ -76,7 +76,7 @@ class TrainConfig:
         arguments.count("seed", self.seed, "seed", minimum=0)
         arguments.count("threads", self.threads, "threads", minimum=0)
         bench.resolve_device(self.device)
-        arguments.precision("precision", self.precision, ("fp32", "bf16"))
+        formats.name(self.precision, "precision", ("fp32", "bf16"))
         arguments.count("eval_every", self.eval_every, "items")
         arguments.count("eval_windows", self.eval_windows, "batch")
         arguments.count("checkpoint_every", self.checkpoint_every, "items")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from hwopt import quantization
 from hwopt.experiments import fake_quant
 from hwopt.models import checkpoint, gguf_export
 
@@ -62,7 +63,7 @@ def test_every_tensor_reads_back_as_written(files, draft):
             else:
                 assert types[name] == "Q4_K"
                 assert fake_quant.relative_rmse(back, w) < 1.1 * fake_quant.relative_rmse(
-                    fake_quant.fake_quantize(w, "int4_g32"), w), name
+                    quantization.fake_quantize(w, "int4_g32"), w), name
 
 
 def test_q4_k_blocks_decode_within_half_a_step():

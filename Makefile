@@ -49,9 +49,13 @@ gradebook-deps:        ## install PostgreSQL's server (initdb, pg_ctl) via apt w
 colab-overlay: env     ## Colab's ipywidgets 7.7.1 / IPython 7.34 stack in .venv-colab-overlay/
 	$(PY) -m hwopt.course.colab overlay .venv-colab-overlay
 
+# The tests that time nothing run on TEST_WORKERS processes (pytest-xdist, a notebook or test file each);
+# those marked `timing` compare measured times, so they run afterwards, alone.
+TEST_WORKERS ?= 2
 test: env lab-settings browser-deps grading-deps gradebook-deps colab-overlay  ## lint, then every test (unit, notebooks, grading, browser)
 	ruff check .
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) -m "not timing"
+	$(PY) -m pytest -m timing
 
 lint: env
 	ruff check .

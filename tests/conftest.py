@@ -71,3 +71,4 @@ def postgres_url(postgres_server):
     """A fresh, empty database of the session's PostgreSQL server for one test: its SQLAlchemy URL."""
     postgres_server.databases = getattr(postgres_server, "databases", 0) + 1
     return postgres_server.create_database(f"test{postgres_server.databases}")
+

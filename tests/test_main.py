@@ -19,17 +19,23 @@ def make_recipe(target):
 
 
 def test_test_runs_what_make_test_runs(capsys):
-    assert make_recipe("test") == ["ruff check .", "$(PY) -m pytest"]
+    assert make_recipe("test") == ["ruff check .", '$(PY) -m pytest -n $(TEST_WORKERS) -m "not timing"',
+                                   "$(PY) -m pytest -m timing"]
+    assert re.search(rf"^TEST_WORKERS \?= {cli.TEST_WORKERS}$", (ROOT / "Makefile").read_text(), re.M)
     assert cli.main(["test", "--dry-run"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed == [f"+ {subprocess.list2cmdline([sys.executable, '-m', 'ruff', 'check', '.'])}",
-                       f"+ {subprocess.list2cmdline([sys.executable, '-m', 'pytest'])}"]
+    assert printed == [
+        f"+ {subprocess.list2cmdline([sys.executable, '-m', 'ruff', 'check', '.'])}",
+        f"+ {subprocess.list2cmdline([sys.executable, '-m', 'pytest', '-n', '2', '-m', 'not timing'])}",
+        f"+ {subprocess.list2cmdline([sys.executable, '-m', 'pytest', '-m', 'timing'])}"]
 
 
 def test_test_passes_its_arguments_to_pytest():
-    lint, tests = cli.test_commands(["--", "tests/test_formats.py", "-q"])
+    lint, parallel, timing = cli.test_commands(["--", "tests/test_formats.py", "-q"])
     assert lint[-2:] == ["check", "."]
-    assert tests == [sys.executable, "-m", "pytest", "tests/test_formats.py", "-q"]
+    asked = ["tests/test_formats.py", "-q"]
+    assert parallel == [sys.executable, "-m", "pytest", "-n", "2", "-m", "not timing", *asked]
+    assert timing == [sys.executable, "-m", "pytest", "-m", "timing", *asked]
 
 
 def test_lab_opens_jupyterlab_as_make_lab_does(capsys):

@@ -58,12 +58,12 @@ def test_lab_settings_go_into_the_environment(tmp_path):
 @pytest.mark.slow
 def test_a_real_test_run_lints_and_runs_pytest_with_its_exit_status():
     command = [sys.executable, "-m", "hwopt", "test", "--no-setup", "--", "tests/test_arguments.py", "-q",
-               "-p", "no:cacheprovider"]
+               "-p", "no:cacheprovider", "-n", "0"]  # one process: this test is about the exit status
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "All checks passed" in done.stdout and re.search(r"\d+ passed", done.stdout)
-    failing = subprocess.run([*command[:6], "tests/test_no_such_file.py"], cwd=ROOT, capture_output=True,
-                             text=True, timeout=300)
+    failing = subprocess.run([*command[:6], "tests/test_no_such_file.py", "-n", "0"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
     assert failing.returncode != 0
 
 

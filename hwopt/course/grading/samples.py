@@ -114,6 +114,9 @@ def v_wrong(a, release, good):
     if a == "serving_queue":  # a batch starts when it is ready, without waiting for the batch before to end
         return edit(good, "simulate", "start = max(free_at, min(full_at, arrivals_ms[first] + max_wait_ms))",
                     "start = min(full_at, arrivals_ms[first] + max_wait_ms)")
+    if a == "beyond_one_chip":  # the KV cache split over every chip, as if there were a KV head for each
+        return edit(good, "memory", 'bytes_per_value / min(tp, model["n_kv_heads"]) / 1e9',
+                    "bytes_per_value / tp / 1e9")
     return good
 
 
@@ -127,6 +130,13 @@ def v_serving_queue_slip(a, release, good):
     if a == "serving_queue":  # the p99 one rank too high: rank ceil(0.99 n) used as a 0-based index
         return edit(good, "percentile", "ordered[math.ceil(percent * len(ordered) / 100) - 1]",
                     "ordered[min(len(ordered) - 1, math.ceil(percent * len(ordered) / 100))]")
+    return good
+
+
+def v_beyond_one_chip_slip(a, release, good):
+    if a == "beyond_one_chip":  # the ring all-reduce sends each byte once: (p - 1)/p, not 2 (p - 1)/p
+        return edit(good, "allreduce", "+ 2 * (n_chips - 1) / n_chips * message_bytes",
+                    "+ (n_chips - 1) / n_chips * message_bytes")
     return good
 
 
@@ -508,6 +518,7 @@ STUDENTS: dict[str, Variant] = {
     "quantize_slip": v_quantize_slip, "profiling_slip": v_profiling_slip,  # assignments 6 and 8
     "memory_kv_slip": v_memory_kv_slip,
     "serving_queue_slip": v_serving_queue_slip,
+    "beyond_one_chip_slip": v_beyond_one_chip_slip,
 }
 ATTACKS_WITHOUT_WORK = ("transformer", "equals_anything", "toolkit", "read_source")
 ATTACKS_WITH_WORK = ("write_files", "signal", "flood")  # signal_next: graded right after signal
@@ -525,7 +536,8 @@ FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "qu
         "fusion": 11.0,
         "quantize": 12.0, "profiling": 10.0,  # assignments 6 and 8
         "memory_kv": 10.0,
-        "serving_queue": 11.0}
+        "serving_queue": 11.0,
+        "beyond_one_chip": 11.0}
 # (student, assignment) -> (score, status) the grader must give.
 EXPECTED = {
     **{("correct", a): (FULL[a], "ok") for a in ALL},
@@ -583,6 +595,11 @@ EXPECTED = {
     # the p99 one rank too high loses the percentile (2), the edge of exactly 100 values (1) and largest
     # within (2: its p99 is returned); "none within" holds (a higher p99 is over the budget too)
     ("serving_queue_slip", "serving_queue"): (6.0, "ok"),
+    # beyond_one_chip (11): the KV cache split over all tp chips, not min(tp, KV heads), loses the copied KV
+    # heads (1), the TP degree (1) and "none fits" (1; each has a case past the KV heads), the decode step (2)
+    ("wrong", "beyond_one_chip"): (6.0, "ok"),
+    # the ring all-reduce with each byte sent once loses both all-reduce parts (1 + 1) and the decode step (2)
+    ("beyond_one_chip_slip", "beyond_one_chip"): (7.0, "ok"),
 }
 
 

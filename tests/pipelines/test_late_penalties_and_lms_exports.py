@@ -126,6 +126,19 @@ def test_generic_export_has_the_lms_ids_and_one_column_per_assignment(graded):
     assert {row[0]: float(row[5]) for row in rows[1:]} == expected
 
 
+def test_the_lms_command_reuses_a_canvas_rosters_identities_and_assignment_header(graded, tmp_path):
+    folder, _ = graded
+    roster = tmp_path / "canvas_export.csv"
+    roster.write_text("Student,ID,SIS User ID,SIS Login ID,Section,batching (777)\n"
+                      "    Points Possible,,,,,8\n"
+                      + "".join(f'"{s.title()}",{lms_id(s)},SIS-{s},{s},Sec 1,\n' for s in CLASS))
+    assert cli.main(["lms", "--course", str(folder), "--roster", str(roster)]) == 0
+    rows = read_csv(folder / lms.CANVAS_FILE)
+    assert rows[0][5] == f"{ASSIGNMENT} (777)"  # Canvas's own column: the import updates it
+    by_id = {row[1]: row for row in rows[2:]}
+    assert by_id[lms_id("bob")][:6] == ["Bob", lms_id("bob"), "SIS-bob", "bob", "Sec 1", "6.4"]
+
+
 @pytest.mark.parametrize("percent_per_day, zero_after_days, scores", [
     (0, None, dict.fromkeys(CLASS, 8.0)),  # no penalty
     (10, None, {"ada": 8.0, "bob": 6.4, "cy": 0.8, "dee": 8.0, "eve": 7.2}),  # 9 days: 90% taken

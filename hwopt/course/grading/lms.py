@@ -54,6 +54,15 @@ class LmsSubmissionCollector(LmsFileNameCollector):
     timezone = Unicode("UTC", help="Time zone of the LMS's timestamps that name none (an IANA name)").tag(
         config=True)
 
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        # zip_collect makes one collector per run: the run's download alone says who was late
+        if getattr(self.parent, "coursedir", None) is not None:
+            self._markers().unlink(missing_ok=True)
+
+    def _markers(self) -> Path:
+        return Path(self.parent._format_collect_path(deadlines.LATE_MARKERS))
+
     def collect(self, submitted_file: str):
         info = super().collect(submitted_file)
         if not info:
@@ -72,14 +81,15 @@ class LmsSubmissionCollector(LmsFileNameCollector):
         return info
 
     def _record_late(self, student_id: str, name: str) -> None:
-        """Add a row to this zip_collect run's late_markers.csv (started afresh by each run)."""
-        path = Path(self.parent._format_collect_path(deadlines.LATE_MARKERS))
-        if not getattr(self, "_late_started", False):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("student_id,file\n")
-            self._late_started = True
+        """Add a row to this zip_collect run's late_markers.csv."""
+        path = self._markers()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        new = not path.exists()
         with path.open("a", newline="") as f:
-            csv.writer(f).writerow([student_id, name])
+            writer = csv.writer(f)
+            if new:
+                writer.writerow(["student_id", "file"])
+            writer.writerow([student_id, name])
 
 
 def grade_table(db_url: str, course_id: str, assignments=None) -> tuple[list[dict], list[tuple[str, float]],

@@ -10,7 +10,11 @@ that nbgrader's Assignments tab calls (/assignments, /assignments/fetch, /submit
 their work through Jupyter's contents API, as JupyterLab does; the instructor releases, collects and releases
 feedback through the formgrader's API and grades in a shell on the hub (`python -m hwopt.course.grading
 grade`). The due date is set through the formgrader between the two submissions: the second is late, and the
-late-penalty policy of nbgrader_config.py takes its points, which its feedback explains. The hub, the proxy
+late-penalty policy of nbgrader_config.py takes its points, which its feedback explains. Before the
+collection, in a terminal on the hub, the late student forges an on-time submission (a folder of her own
+claiming an early time, with a link to the instructor's gradebook) and her classmate forges one in her name:
+the exchange's collect (hwopt.course.grading.exchange) takes neither the time, the classmate's folder nor
+the link. The hub, the proxy
 and every server are stopped at the end, and no process of the test's accounts is left.
 """
 
@@ -228,6 +232,33 @@ def instructor_course(hub: Hub) -> Path:
     return folder
 
 
+# Run as a student in a terminal on the hub: a folder in the exchange's inbound that claims to be `student`'s
+# submission of the assignment, newest of all (its name's time) yet made on time (its timestamp.txt), with the
+# student's notebook, a link to the instructor's gradebook, and the secret of the forger's last submission
+# (nbgrader's cache keeps it; feedback is found by it) if they have one.
+FORGE = """
+import glob, os, sys, shutil
+student, notebook, target = sys.argv[1:]
+inbound = "/srv/nbgrader/exchange/{COURSE_ID}/inbound"
+folder = f"{inbound}/{student}+{ASSIGNMENT}+2099-01-01 00:00:00.000000 UTC+{os.environ['USER']}"
+os.mkdir(folder)
+shutil.copy(notebook, f"{folder}/{ASSIGNMENT}.ipynb")
+open(f"{folder}/timestamp.txt", "w").write("2000-01-01 00:00:00.000000 UTC")
+os.symlink(target, f"{folder}/notes.txt")
+cache = os.path.expanduser("~/.local/share/jupyter/nbgrader_cache/{COURSE_ID}")
+for secret in sorted(glob.glob(f"{cache}/{student}+{ASSIGNMENT}+*/submission_secret.txt"))[-1:]:
+    shutil.copy(secret, f"{folder}/submission_secret.txt")
+os.chmod(folder, 0o755)
+""".replace("{COURSE_ID}", COURSE_ID).replace("{ASSIGNMENT}", ASSIGNMENT)
+
+
+def forge(hub: Hub, by: str, student: str, notebook: str) -> None:
+    """`by` puts a forged submission for `student` into the exchange (FORGE)."""
+    gradebook = hub.accounts[INSTRUCTOR][1] / "hwopt" / "gradebook.db"
+    done = hub.as_user(by, "python", "-c", FORGE, student, notebook, str(gradebook), env={})
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.fixture(scope="module")
 def hub():
     reason = why_no_hub()
@@ -275,10 +306,22 @@ def test_release_fetch_submit_collect_grade_and_feedback_through_the_hub(hub):
                             {"course_id": COURSE_ID, "assignment_id": ASSIGNMENT})
         assert submitted["success"], submitted
 
+    # in a terminal on the hub: the late student forges an on-time submission, and a classmate one in her name
+    # with an empty notebook; the exchange's collect takes neither time nor folder nor link
+    late_home = hub.accounts[STUDENTS[1]][1]
+    forge(hub, STUDENTS[1], STUDENTS[1], str(late_home / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"))
+    forge(hub, STUDENTS[0], STUDENTS[1], "/dev/null")
+
     # the instructor: collect, grade in a shell on the hub, release the feedback
     collected = hub.call("POST", f"{prof}/formgrader/api/assignment/{ASSIGNMENT}/collect", {},
                          token=tokens[INSTRUCTOR])
     assert collected["success"], collected
+    kept = folder / "submitted" / STUDENTS[1] / ASSIGNMENT
+    assert not (kept / "notes.txt").exists()  # the link to the gradebook was not followed
+    assert not (kept / "timestamp.txt").read_text().startswith("2000"), "the forged time was believed"
+    assert f"names {STUDENTS[1]} but is owned by {STUDENTS[0]}" in collected["log"]
+    assert "claims to be submitted at 2000-01-01 00:00:00" in collected["log"]
+    assert "Not collected from" in collected["log"] and "notes.txt" in collected["log"]
     graded = hub.as_user(INSTRUCTOR, "python", "-m", "hwopt.course.grading", "grade", "--course",
                          str(hub.accounts[INSTRUCTOR][1] / "hwopt"), "--assignments", ASSIGNMENT,
                          env={settings.SECRET.name: SECRET, "TMPDIR": str(hub.accounts[INSTRUCTOR][1])})

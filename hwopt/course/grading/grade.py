@@ -123,7 +123,8 @@ def give_feedback(api, folder: Path, assignment: str, student: str, row: Row) ->
 
 
 def write_report(rows: list[Row], path: Path) -> Path:
-    """grades_report.csv: student, assignment, score, max_score, status, notes, seconds."""
+    """grades_report.csv: student, assignment, score, max_score, status, notes, seconds, and the lateness
+    columns raw_score, late_penalty, submitted_at, due_at."""
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(asdict(rows[0])) if rows else ["student"])
         writer.writeheader()

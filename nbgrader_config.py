@@ -57,12 +57,21 @@ c.Autograde.autograde_preprocessors = [
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
     "nbgrader.preprocessors.SaveAutoGrades",
-    "nbgrader.preprocessors.AssignLatePenalties",
+    "hwopt.course.grading.deadlines.AssignDeadlinePenalties",  # the policy below, extensions.csv included
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
+# Late penalties (hwopt.course.grading.deadlines): a submission's time comes from the exchange or the LMS's
+# file names, its due date from the gradebook (`nbgrader db assignment add NAME --duedate="2027-02-01 17:00
+# UTC"` or the formgrader), plus the student's extension (extensions.csv: `python -m hwopt.course.grading
+# extend STUDENT ASSIGNMENT DAYS`). Policy: percent_per_day of the score per started day late (0: none), and
+# 0 points when more than zero_after_days late (None: never). No penalty at all: 0 and None.
+c.AssignLatePenalties.plugin_class = "hwopt.course.grading.deadlines.LatePenalty"
+c.LatePenalty.percent_per_day = 10
+c.LatePenalty.zero_after_days = 7
 # Feedback: no hidden regions (grade cells show the judge's verdict, which names no hidden value).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
+    "hwopt.course.grading.deadlines.ExplainLateness",  # when it was submitted, and why points were taken
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     "nbgrader.preprocessors.ClearHiddenTests",
 ]
@@ -71,6 +80,8 @@ c.GenerateFeedback.exporter_class = "hwopt.course.grading.plugins.FeedbackExport
 # zip_collect: an LMS zip in downloaded/<assignment>/archive/. File names like Canvas's
 # "<student>_<numbers>_<file>.ipynb" or "<student>_LATE_<numbers>_<file>.ipynb"; the file part may be
 # "Copy of batching (1).ipynb" (Colab downloads): LmsFileNameCollector maps it to the released notebook.
-c.ZipCollectApp.collector_plugin = "hwopt.course.grading.plugins.LmsFileNameCollector"
+# LmsSubmissionCollector records Canvas's LATE marker (and a `timestamp` group's time, with
+# LmsSubmissionCollector.timestamp_format and .timezone) for the late-penalty policy.
+c.ZipCollectApp.collector_plugin = "hwopt.course.grading.lms.LmsSubmissionCollector"
 c.FileNameCollectorPlugin.named_regexp = (
     r".*/(?P<student_id>[A-Za-z0-9.-]+)_(?:LATE_)?(?:\d+_)*(?P<file_id>[^/]+)$")

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from queue import Empty
 
-from hwopt.course.grading import settings
+from hwopt.course.grading import sandbox_diagnosis, settings
 
 # Sandbox uids as root: SANDBOX_UID_BASE + the grading process's pid, one uid (and gid) per live grading
 # process, with no account. 0x70000000.. is a range that neither distributions nor systemd allocate
@@ -151,8 +151,7 @@ def why_unavailable() -> str | None:
         except (OSError, subprocess.TimeoutExpired) as err:
             return f"bubblewrap could not start a sandbox ({err})"
     if out.returncode != 0:
-        return (f"bubblewrap could not start a sandbox ({out.stderr.strip()[:200]}); it needs unprivileged "
-                "user namespaces (a container may forbid them)")
+        return sandbox_diagnosis.diagnose(out.stderr)  # names seccomp, AppArmor, user namespaces, /proc masks
     return None
 
 

@@ -1035,10 +1035,14 @@ VALID: dict[str, Callable[[], Call]] = {
         "Ceilings.ridge_point": lambda: call(ceilings().ridge_point, "fp32"),
         "Ceilings.to_ceiling": lambda: call(ceilings().to_ceiling, "fp32", label="here", text="label"),
         "Ceilings.to_dict": lambda: call(ceilings().to_dict),
+        "Ceilings.method": lambda: call(ceilings().method),
+        "Ceilings.provenance": lambda: call(ceilings().provenance, 1.8e9),
         # The valid call measures bandwidth on arrays 4x the last-level cache and matmuls for seconds (see
         # tests/machine/test_probe.py); the bad values are refused before any measuring.
         "probe": lambda: call(probe.probe, "cpu", ["fp32"], True, threads=1, progress=False,
                               run_valid=False),
+        "ceilings": lambda: call(probe.ceilings, "cpu", ["fp32"], quick=True, fresh=False, max_age_s=60.0,
+                                 zero="max_age_s", bounded="max_age_s", run_valid=False),
     }),
     **within("models.classifier", {
         "load_digits": lambda: call(classifier.load_digits, 0.25, 1, zero="seed"),

@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hwopt
-from hwopt import formats, plots, quantization, recordings, roofline, widgets
+from hwopt import formats, plots, predictions, quantization, recordings, roofline, widgets
 from hwopt.cost import (
     batching,
     communication,
@@ -1639,6 +1639,10 @@ VALID: dict[str, Callable[[], Call]] = {
     **within("formats", {
         "Format.describe": lambda: call(formats.get("int4_g32").describe),
         "Format.with_block": lambda: call(formats.get("int4_g128").with_block, 32),
+    }),
+    **within("predictions", {
+        "verdict": lambda: call(predictions.verdict, 2.0, 3.0, "the speedup", "x",
+                                signed="prediction measured", zero="prediction measured", text="what unit"),
     }),
     **within("recordings", {
         "headline": lambda: call(recordings.headline, "memory bandwidth", 40.0, "GB/s", signed="value",

@@ -197,9 +197,15 @@ def stale(folder: Path | str, lessons_dir: Path | str = LESSONS_DIR) -> dict[str
 def regenerate_command(recording: Recording, lessons) -> str:
     """The command that records lessons again into recording's folder (run on a machine of that chip)."""
     arguments.instance("recording", recording, Recording)
-    paths = " ".join(f"{LESSONS_DIR.name}/{lesson}.ipynb" for lesson in _texts("lessons", lessons) if lesson)
-    return (f"make record DEVICE={recording.device or 'auto'} ARGS=\"{paths}\" on a machine of that chip "
-            f"({recording.device_name}; it rewrites data/recordings/{recording.chip}/)")
+    lessons = [lesson for lesson in _texts("lessons", lessons) if lesson]
+    paths = " ".join(f"{LESSONS_DIR.name}/{lesson}.ipynb" for lesson in lessons)
+    rows = _run_rows(recording.folder)
+    seconds = sum(rows.get(f"{lesson}.ipynb", {}).get("seconds") or 0 for lesson in lessons)
+    took = f"; the last run of these took {seconds:,.0f} s there" if seconds else ""
+    out = f"data/recordings/{recording.folder.name}"
+    return (f"make record DEVICE={recording.device or 'auto'} ARGS=\"--out {out} {paths}\" on a machine of "
+            f"that chip ({recording.device_name}; it rewrites these lessons in {out}/ and keeps the "
+            f"others{took}), then commit {out}/")
 
 
 def compare(lesson: str, figures: dict, folder: Path | str = RECORDINGS_DIR, *,

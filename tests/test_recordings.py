@@ -119,8 +119,8 @@ def test_a_recording_goes_stale_when_its_lesson_changes_and_compare_leaves_it_ou
                               lessons_dir=lessons)
     assert "yours" not in text and text.startswith("NVIDIA H200 (cuda, 2026-12-01): not compared, recorded "
                                                    "from another version of this lesson (changed cells 1")
-    assert 'make record DEVICE=cuda ARGS="notebooks/02_memory_bandwidth.ipynb" on a machine of that chip ' \
-           "(NVIDIA H200" in text
+    assert 'make record DEVICE=cuda ARGS="--out data/recordings/nvidia-h200 ' \
+           "notebooks/02_memory_bandwidth.ipynb\" on a machine of that chip (NVIDIA H200" in text
     old_run = {"path": "notebooks/02_memory_bandwidth.ipynb", "status": "ok"}  # from before cell hashes
     (folder / recordings.RUN_FILE).write_text(json.dumps({"notebooks": [old_run]}))
 

@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import re
 import time
 from queue import Empty
 
@@ -123,7 +124,9 @@ def test_check_lists_each_stale_recording_with_the_command_that_regenerates_it(t
     problems = record.check(out.parent, lessons)
     assert len(problems) == 1 and problems[0].startswith("data/recordings/some-cpu is stale: 01_ok (")
     assert "changed cells 0; added cells 1" in problems[0]
-    assert 'make record DEVICE=cpu ARGS="notebooks/01_ok.ipynb"' in problems[0]
+    assert 'make record DEVICE=cpu ARGS="--out data/recordings/some-cpu notebooks/01_ok.ipynb"' in problems[0]
+    assert re.search(r"the last run of these took \d+ s there\), then commit data/recordings/some-cpu/",
+                     problems[0]), problems[0]
     assert record.main(["--check", "--out", str(out.parent)]) == 1  # the course has no lesson 01_ok
     assert "01_ok (notebooks/01_ok.ipynb no longer exists)" in capsys.readouterr().out
 

@@ -1126,6 +1126,8 @@ VALID: dict[str, Callable[[], Call]] = {
                                                          20.0), opaque="rows"),
         "fresh_output_sentence": lambda: call(fusion.fresh_output_sentence, chain_rows(), "compiled",
                                               "compiled, out given", opaque="rows"),
+        "fusion_verdict": lambda: call(fusion.fusion_verdict, chain_rows(), "compiled", "compiled, out given",
+                                       opaque="rows"),
     }),
     **within("kernels.lowbit_gemv", {
         "runnable_paths": lambda: call(lowbit_gemv.runnable_paths, ["AVX2", "FMA"], "x86_64", text="arch"),
@@ -1753,6 +1755,7 @@ EXCLUDED: dict[str, str] = {
     "experiments.fusion.chain": "traced by torch.compile and the ONNX exporter; chain_inputs checks inputs",
     "experiments.fusion.Chain.forward": "traced by torch.compile and the ONNX exporter",
     "experiments.fusion.chain_into": "the chain that lesson 5 compiles with torch.compile and times",
+    "experiments.fusion.chain_eager_into": "timed by lesson 5 in the loop; chain_inputs checks the inputs",
     "models.tiny_decoder.Block.forward": "runs every decode step; generate and measure_decode check",
     "models.tiny_decoder.TinyDecoder.forward": "every decode step; generate and measure_decode check",
     "models.tiny_decoder.project": "every projection of every decode step (inside Block.forward); the "

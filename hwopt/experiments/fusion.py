@@ -401,19 +401,25 @@ def format_report(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _rows_named(rows: list[dict], **labels: str) -> dict[str, dict]:
+    """report_rows by variant, checked to hold each label (keyword: the argument that named it)."""
+    arguments.instance("rows", rows, (list, tuple))
+    for i, row in enumerate(rows):
+        arguments.instance(f"rows[{i}]", row, dict)
+    by = {r["variant"]: r for r in rows}
+    for name, label in labels.items():
+        arguments.text(name, label)
+        if label not in by:
+            raise ValueError(f"{name} must name one of the variants {list(by)}, got {label!r}")
+    return by
+
+
 def fresh_output_sentence(
     rows: list[dict], allocating: str = "torch.compile", given: str = "torch.compile, out given"
 ) -> str:
     """What a fresh output tensor cost per call, from report_rows of one kernel timed allocating its output
     and writing into one given; and how close the kernel with its output given came to its roof."""
-    arguments.instance("rows", rows, (list, tuple))
-    for i, row in enumerate(rows):
-        arguments.instance(f"rows[{i}]", row, dict)
-    by = {r["variant"]: r for r in rows}
-    for name, label in (("allocating", allocating), ("given", given)):
-        arguments.text(name, label)
-        if label not in by:
-            raise ValueError(f"{name} must name one of the variants {list(by)}, got {label!r}")
+    by = _rows_named(rows, allocating=allocating, given=given)
     fresh_ms = by[allocating]["measured_ms"] - by[given]["measured_ms"]
     share = fresh_ms / by[allocating]["measured_ms"]
     kernel = by[given]
@@ -434,14 +440,7 @@ def fusion_verdict(rows: list[dict], unfused: str = "eager, out given",
     """Fusion's gain, from report_rows of an unfused and a fused variant that both write into an output
     allocated once (so that page faults are in neither): each one's predicted and measured time, their
     ratios, and what the roofs leave out when they miss."""
-    arguments.instance("rows", rows, (list, tuple))
-    for i, row in enumerate(rows):
-        arguments.instance(f"rows[{i}]", row, dict)
-    by = {r["variant"]: r for r in rows}
-    for name, label in (("unfused", unfused), ("fused", fused)):
-        arguments.text(name, label)
-        if label not in by:
-            raise ValueError(f"{name} must name one of the variants {list(by)}, got {label!r}")
+    by = _rows_named(rows, unfused=unfused, fused=fused)
     u, f = by[unfused], by[fused]
     each = "; ".join(f"{r['variant']} ({r['passes']} passes) predicted {r['predicted_ms']:.2f} ms "
                      f"({r['bound']} roof), measured {r['measured_ms']:.2f} ms: "

@@ -5,7 +5,8 @@ modules import each other in a circle).
 1. arguments: the one argument checker.
 2. formats (number formats: bits, bytes per weight with block scales, chip-table columns), data/ (the
    course's data, every row with its source: chips.csv, model_shapes.csv), plots (the one plotting style),
-   widgets (the sliders), recordings (headline figures of a recorded run, and other chips' runs read back).
+   widgets (the sliders), recordings (headline figures of a recorded run, and other chips' runs read back),
+   predictions (the learner's prediction, written before a measurement, set beside it after).
 3. roofline: the pure maths of the roofline (intensity, ridge point, attainable FLOP/s, time bound, the plot);
    quantization: the codes and scales every format stores (integer grids per tensor, channel or block, fp8,
    MXFP4, NVFP4), computed in one place for the lessons and the kernels, which only pack them.
@@ -44,7 +45,7 @@ __version__ = "0.1.0"
 # The layers, first to last: each entry names the top-level modules and subpackages of one layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("arguments",),
-    ("formats", "data", "plots", "widgets", "recordings"),
+    ("formats", "data", "plots", "widgets", "recordings", "predictions"),
     ("roofline", "quantization"),
     ("machine",),
     ("cost",),

@@ -255,15 +255,21 @@ def activation_bytes(
     precision: str = "fp16",
     *,
     naive_attention: bool = True,
+    token_budget: int | None = None,
 ) -> float:
     """Peak activations of one layer over the whole prompt (prefill), bytes.
 
     Per token: residual + normed input (2 * d_model) + the larger of q/k/v (q width + 2 * kv width) and the
     MLP hidden (d_ff, or the active experts' d_ff_expert; twice if gated); plus, with naive attention, the
-    scores batch * n_heads * seq_len^2 (fused 'flash' attention never stores them).
+    scores n_heads * seq_len per query token (fused 'flash' attention never stores them).
+    Tokens processed at once: every prompt token (batch_size * seq_len), or at most token_budget of them: a
+    serving engine caps the tokens of one step (vLLM's max_num_batched_tokens) and prefills the rest later.
     """
     _sizes(shape, batch_size, seq_len)
     naive_attention = arguments.boolean("naive_attention", naive_attention)
+    tokens = batch_size * seq_len
+    if token_budget is not None:
+        tokens = min(tokens, arguments.count("token_budget", token_budget, "tokens"))
     b = _bytes_per_value(precision, "precision")
     kv_width = shape.n_kv_heads * shape.head_dim
     hidden = shape.d_ff if not shape.is_moe or shape.n_dense_layers else 0
@@ -271,8 +277,8 @@ def activation_bytes(
     per_token = 2 * shape.d_model + max(
         shape.n_heads * shape.head_dim + 2 * kv_width, hidden * (2 if shape.gated_mlp else 1)
     )
-    scores = batch_size * shape.n_heads * seq_len * seq_len if naive_attention else 0
-    return (batch_size * seq_len * per_token + scores) * b
+    scores = tokens * shape.n_heads * seq_len if naive_attention else 0
+    return (tokens * per_token + scores) * b
 
 
 @dataclass(frozen=True)
@@ -305,16 +311,19 @@ def memory_breakdown(
     *,
     kv_precision: str | None = None,
     naive_attention: bool = True,
+    token_budget: int | None = None,
 ) -> MemoryBreakdown:
     """Weights (in `precision`), peak activations and KV cache (in `kv_precision`; None: the activations'
-    format, see activation_precision) in GB, for batch_size sequences of seq_len tokens."""
+    format, see activation_precision) in GB, for batch_size sequences of seq_len tokens; token_budget as in
+    activation_bytes (None: every prompt token at once)."""
     _sizes(shape, batch_size, seq_len)
     act_precision = activation_precision(precision)
     kv_precision = kv_precision_for(precision, kv_precision)
     return MemoryBreakdown(
         weights_gb=weights_bytes(shape, precision) / GB,
         activations_gb=activation_bytes(
-            shape, batch_size, seq_len, act_precision, naive_attention=naive_attention
+            shape, batch_size, seq_len, act_precision, naive_attention=naive_attention,
+            token_budget=token_budget,
         )
         / GB,
         kv_cache_gb=kv_cache_bytes(shape, batch_size, seq_len, kv_precision) / GB,
@@ -340,9 +349,13 @@ def max_batch_size(
     reserve_fraction: float = 0.1,
     naive_attention: bool = True,
     limit: int = 1 << 16,
+    token_budget: int | None = None,
 ) -> int:
-    """Largest batch that fits in memory_gb (0 when even batch 1 does not fit), searched up to limit."""
+    """Largest batch that fits in memory_gb (0 when even batch 1 does not fit), searched up to limit;
+    token_budget as in activation_bytes."""
     _sizes(shape, 1, seq_len)
+    if token_budget is not None:
+        arguments.count("token_budget", token_budget, "tokens")
     arguments.positive("memory_gb", memory_gb)
     _bytes_per_value(precision, "precision")
     arguments.fraction("reserve_fraction", reserve_fraction, allow_zero=True, allow_one=False)
@@ -352,7 +365,7 @@ def max_batch_size(
     def ok(b: int) -> bool:
         return fits(
             memory_breakdown(shape, b, seq_len, precision, kv_precision=kv_precision,
-                             naive_attention=naive_attention),
+                             naive_attention=naive_attention, token_budget=token_budget),
             memory_gb,
             reserve_fraction,
         )

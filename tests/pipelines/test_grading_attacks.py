@@ -251,3 +251,32 @@ def test_a_notebook_that_sleeps_through_every_cell_stops_at_the_notebooks_time_c
     last = samples.cell(autograded(folder, "sleeper"), "test_flattening")
     assert f"the notebook's {cap_s} s ran out" in str(last.outputs)
 
+
+
+def nbgrader(folder: Path, *args: str) -> str:
+    """One nbgrader command against the course folder, as an instructor types it; its output."""
+    bin_dir = Path(sys.executable).parent
+    out = subprocess.run([bin_dir / "nbgrader", *args, f"--CourseDirectory.root={folder}",
+                          f"--CourseDirectory.db_url=sqlite:///{folder / 'gradebook.db'}"], cwd=ROOT,
+                         env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout + out.stderr
+
+
+def test_the_exchange_collects_a_link_as_a_link_which_grading_then_refuses(tmp_path):
+    folder = prepared(tmp_path / "course")
+    secret = tmp_path / "instructor-secret"
+    secret.write_text(SECRET)
+    inbound = tmp_path / "exchange" / "hwopt" / "inbound" / f"ada+{ASSIGNMENT}+2026-01-05 10:00:00.000000 UTC"
+    inbound.mkdir(parents=True)
+    nbformat.write(solved(), inbound / f"{ASSIGNMENT}.ipynb")
+    (inbound / "timestamp.txt").write_text("2026-01-05 10:00:00.000000 UTC")
+    (inbound / "secret").symlink_to(secret)  # a file the student could not read, were it copied
+    nbgrader(folder, "db", "student", "add", "ada")
+    nbgrader(folder, "collect", ASSIGNMENT, f"--Exchange.root={tmp_path / 'exchange'}")
+    collected = folder / "submitted" / "ada" / ASSIGNMENT
+    assert (collected / f"{ASSIGNMENT}.ipynb").is_file()
+    assert os.readlink(collected / "secret") == str(secret)  # not a copy of the secret
+    rows = grade_course(folder, tmp_path / "grader.log")
+    assert rows["ada"]["status"] == "refused" and "secret: a symbolic link" in rows["ada"]["notes"]

@@ -7,8 +7,11 @@ every cell (the wall-clock cap per notebook)."""
 
 import csv
 import os
+import stat
 import subprocess
 import sys
+import tarfile
+import zipfile
 from pathlib import Path
 
 import nbformat
@@ -280,3 +283,29 @@ def test_the_exchange_collects_a_link_as_a_link_which_grading_then_refuses(tmp_p
     assert os.readlink(collected / "secret") == str(secret)  # not a copy of the secret
     rows = grade_course(folder, tmp_path / "grader.log")
     assert rows["ada"]["status"] == "refused" and "secret: a symbolic link" in rows["ada"]["notes"]
+
+
+def test_zip_collect_never_brings_a_link_nor_what_it_points_to(tmp_path):
+    folder = prepared(tmp_path / "course")
+    secret = tmp_path / "instructor-secret"
+    secret.write_text("the instructor's own")
+    archive = folder / "downloaded" / ASSIGNMENT / "archive"
+    archive.mkdir(parents=True)
+    notebook = tmp_path / f"{ASSIGNMENT}.ipynb"
+    nbformat.write(solved(), notebook)
+    with tarfile.open(archive / "submissions.tar.gz", "w:gz") as tar:  # links as an LMS export cannot hold
+        tar.add(notebook, arcname=f"ada_1001_{ASSIGNMENT}.ipynb")
+        for name, target in ((f"grace_1002_{ASSIGNMENT}.ipynb", secret), ("grace_1002_secret", secret)):
+            member = tarfile.TarInfo(name)
+            member.type, member.linkname = tarfile.SYMTYPE, str(target)
+            tar.addfile(member)
+    with zipfile.ZipFile(archive / "more.zip", "w") as zf:
+        entry = zipfile.ZipInfo(f"alan_1003_{ASSIGNMENT}.ipynb")
+        entry.external_attr = (stat.S_IFLNK | 0o777) << 16
+        zf.writestr(entry, str(secret))
+    nbgrader(folder, "generate_assignment", ASSIGNMENT)  # zip_collect keeps the released notebooks' names
+    log = nbgrader(folder, "zip_collect", ASSIGNMENT)
+    collected = list((folder / "submitted").rglob("*"))
+    assert (folder / "submitted" / "ada" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").is_file(), log
+    assert not [p for p in collected if p.is_symlink()]
+    assert not [p for p in collected if p.is_file() and "instructor's own" in p.read_text(errors="replace")]

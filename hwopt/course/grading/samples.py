@@ -448,6 +448,52 @@ def v_toolkit(a, release, good):  # no solution: the graded functions imported f
     return release
 
 
+ROOFLINE_ADAPTER = {  # roofline's graded functions as glue around the toolkit's roofline module
+    "op_cost": """\
+from hwopt import roofline as _roofline
+
+
+def op_cost(op, shape, bytes_per_element):
+    if op == "gemm":
+        flop, n_bytes = _roofline.flops_bytes_gemm(shape["m"], shape["n"], shape["k"],
+                                                   bytes_per_element=bytes_per_element)
+    elif op == "gemv":
+        flop, n_bytes = _roofline.flops_bytes_gemv(
+            shape["rows"], shape["cols"], bytes_per_weight=bytes_per_element,
+            bytes_per_activation=bytes_per_element)
+    elif op == "elementwise":
+        flop, n_bytes = _roofline.flops_bytes_elementwise(
+            shape["n_elements"], n_inputs=shape["n_inputs"], flops_per_element=shape["flop_per_element"],
+            bytes_per_element=bytes_per_element)
+    else:
+        flop, n_bytes = _roofline.flops_bytes_attention_decode(
+            shape["seq_len"], shape["head_dim"], shape["n_heads"], n_kv_heads=shape["n_kv_heads"],
+            bytes_per_element=bytes_per_element)
+    return {"flop": flop, "bytes": n_bytes, "intensity": flop / n_bytes}
+""",
+    "verdict": """\
+def roofline_verdict(intensity, peak_flops, bandwidth_gbs):
+    return {"attainable_flops": _roofline.attainable_flops(intensity, peak_flops, bandwidth_gbs),
+            "ridge_intensity": _roofline.ridge_point(peak_flops, bandwidth_gbs),
+            "bound": _roofline.bound(intensity, peak_flops, bandwidth_gbs)}
+""",
+    "time": """\
+def kernel_time(flop, n_bytes, peak_flops, bandwidth_gbs):
+    return {"compute_s": _roofline.time_s(flop, 0, peak_flops, bandwidth_gbs),
+            "memory_s": _roofline.time_s(0, n_bytes, peak_flops, bandwidth_gbs),
+            "time_s": _roofline.time_s(flop, n_bytes, peak_flops, bandwidth_gbs)}
+""",
+}
+
+
+def v_adapter(a, release, good):  # no solution of its own: toolkit calls, arguments renamed and regrouped
+    if a != "roofline":
+        return release
+    for grade_id, source in ROOFLINE_ADAPTER.items():
+        cell(good, grade_id).source = source
+    return good
+
+
 def v_read_source(a, release, good):  # no solution: the instructor's and classmates' solutions, run
     for c in _solution_cells(release):
         c.source = READ_SOURCE
@@ -499,7 +545,7 @@ STUDENTS: dict[str, Variant] = {
     "hardcoded": v_hardcoded, "stderr": v_stderr, "memory_hog": v_memory_hog, "invalid_json": v_invalid_json,
     "missing": v_missing, "colab": v_colab, "stripped": v_stripped,
     "transformer": v_transformer, "equals_anything": v_equals_anything, "toolkit": v_toolkit,
-    "read_source": v_read_source, "write_files": v_write_files, "signal": v_signal,
+    "read_source": v_read_source, "adapter": v_adapter, "write_files": v_write_files, "signal": v_signal,
     "signal_next": v_correct, "flood": v_flood, "fork_bomb": v_fork_bomb,
     "roofline_slip": v_roofline_slip,
     "fusion_slip": v_fusion_slip,
@@ -517,7 +563,7 @@ ALL = course.ASSIGNMENTS
 TARGETS = {"correct": ALL, "blank": ALL, "wrong": ALL, "raises": ("batching",), "stderr": ("batching",),
            **dict.fromkeys(("infinite_loop", "sigint_loop", "edited_tests", "hardcoded", "missing", "colab",
                             "stripped", "fork_bomb"), ("latency_budget",)),
-           "memory_hog": ("bandwidth_precision",), "invalid_json": ("quiz",),
+           "memory_hog": ("bandwidth_precision",), "invalid_json": ("quiz",), "adapter": ("roofline",),
            **{name: ATTACKED for name in (*ATTACKS_WITHOUT_WORK, *ATTACKS_WITH_WORK, "signal_next")},
            **{f"{a}_slip": (a,) for a in ALL if a != "latency_budget"}}  # latency_budget: the samples above
 FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "quiz": 10.0,
@@ -535,10 +581,12 @@ EXPECTED = {
     # a classmate's answers: this student's draw has other questions or other numbers in every group
     ("quiz_slip", "quiz"): (0.0, "ok"),
     ("raises", "batching"): (6.0, "ok"),  # only the flattening part (2) raises
-    ("infinite_loop", "latency_budget"): (9.0, "ok"),  # the two cells where nothing fits time out (1 + 2)
-    ("sigint_loop", "latency_budget"): (9.0, "ok"),  # same, the kernel is restarted instead of interrupted
+    # the two cells where nothing fits time out: "nothing fits" (3, with the bad input) and the model (2)
+    ("infinite_loop", "latency_budget"): (7.0, "ok"),
+    ("sigint_loop", "latency_budget"): (7.0, "ok"),  # same, the kernel is restarted instead of interrupted
     ("edited_tests", "latency_budget"): (9.0, "ok"),  # tests restored: "<" loses on-budget (1) and model (2)
-    ("hardcoded", "latency_budget"): (1.0, "ok"),  # only "nothing fits" (its default answer) survives
+    # its default answer is "nothing fits", but that part also checks the bad input it lets through
+    ("hardcoded", "latency_budget"): (0.0, "ok"),
     ("stderr", "batching"): (8.0, "ok"),
     ("memory_hog", "bandwidth_precision"): (6.0, "ok"),  # MemoryError in Part 3 only
     ("invalid_json", "quiz"): (0.0, "invalid notebook"),
@@ -553,6 +601,8 @@ EXPECTED = {
     # roofline: the KV cache counted once loses attention (3, its bad-input checks with it) and real chips
     # (2, its attention cases)
     ("roofline_slip", "roofline"): (6.0, "ok"),
+    # roofline through the toolkit's roofline module: a grading kernel's toolkit has none of it
+    ("adapter", "roofline"): (0.0, "ok"),
     # fusion (11): unfused bytes without the writes lose unfused (2) and predicted times (1)
     ("wrong", "fusion"): (8.0, "ok"),
     # fusion: fusing across a two-consumer node loses fan-out (2) and epilogues (2, two_matmuls' scale)

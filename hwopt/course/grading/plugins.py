@@ -384,7 +384,6 @@ class LmsFileNameCollector(FileNameCollectorPlugin):
         return {**info, "file_id": name}
 
 
-
 class NoFollowCollect(ExchangeCollect):
     """The exchange's collect, copying each submission without following links (grading.intake.copy_tree): a
     link in the inbound folder arrives in submitted/ as a link, which grading refuses, never as a copy of what

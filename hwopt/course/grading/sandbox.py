@@ -302,7 +302,6 @@ class SandboxedKernelManager(AsyncKernelManager):
         kw.update(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         await super()._async_launch_kernel(kernel_cmd, **kw)
 
-
     def seal_run_dir(self) -> None:
         """Once the kernel answers (its sockets bound): it can create no more files in its run_dir."""
         if self.sandboxed:

@@ -486,12 +486,22 @@ def kernel_time(flop, n_bytes, peak_flops, bandwidth_gbs):
 }
 
 
+MEMORY_KV_ADAPTER = {  # the KV cache through the toolkit's footprint, its bytes rescaled
+    "kv_cache": """\
+from hwopt.cost import footprint as _footprint
+
+
+def kv_cache_size(shape, batch_size, context_len, kv_bytes):
+    return _footprint.kv_cache_bytes(shape, batch_size, context_len, "fp32") / 4 * kv_bytes
+""",
+}
+ADAPTERS = {"roofline": ROOFLINE_ADAPTER, "memory_kv": MEMORY_KV_ADAPTER}
+
+
 def v_adapter(a, release, good):  # no solution of its own: toolkit calls, arguments renamed and regrouped
-    if a != "roofline":
-        return release
-    for grade_id, source in ROOFLINE_ADAPTER.items():
-        cell(good, grade_id).source = source
-    return good
+    for grade_id, source in ADAPTERS.get(a, {}).items():
+        cell(release, grade_id).source = source
+    return release
 
 
 def v_read_source(a, release, good):  # no solution: the instructor's and classmates' solutions, run
@@ -563,7 +573,7 @@ ALL = course.ASSIGNMENTS
 TARGETS = {"correct": ALL, "blank": ALL, "wrong": ALL, "raises": ("batching",), "stderr": ("batching",),
            **dict.fromkeys(("infinite_loop", "sigint_loop", "edited_tests", "hardcoded", "missing", "colab",
                             "stripped", "fork_bomb"), ("latency_budget",)),
-           "memory_hog": ("bandwidth_precision",), "invalid_json": ("quiz",), "adapter": ("roofline",),
+           "memory_hog": ("bandwidth_precision",), "invalid_json": ("quiz",), "adapter": tuple(ADAPTERS),
            **{name: ATTACKED for name in (*ATTACKS_WITHOUT_WORK, *ATTACKS_WITH_WORK, "signal_next")},
            **{f"{a}_slip": (a,) for a in ALL if a != "latency_budget"}}  # latency_budget: the samples above
 FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "quiz": 10.0,
@@ -594,6 +604,8 @@ EXPECTED = {
     ("colab", "latency_budget"): (12.0, "ok"),
     ("stripped", "latency_budget"): (12.0, "ok"),
     **{(name, a): (0.0, "ok") for name in ATTACKS_WITHOUT_WORK for a in ATTACKED},
+    # glue around the toolkit's own functions: a grading kernel's toolkit has none of them
+    **{("adapter", a): (0.0, "ok") for a in ADAPTERS},
     **{(name, a): (FULL[a], "ok") for name in (*ATTACKS_WITH_WORK, "signal_next") for a in ATTACKED},
     ("fork_bomb", "latency_budget"): (12.0, "ok"),
     # roofline (11): GEMM without C's write loses gemm (1) and real chips (2, its GEMM cases)
@@ -601,8 +613,7 @@ EXPECTED = {
     # roofline: the KV cache counted once loses attention (3, its bad-input checks with it) and real chips
     # (2, its attention cases)
     ("roofline_slip", "roofline"): (6.0, "ok"),
-    # roofline through the toolkit's roofline module: a grading kernel's toolkit has none of it
-    ("adapter", "roofline"): (0.0, "ok"),
+
     # fusion (11): unfused bytes without the writes lose unfused (2) and predicted times (1)
     ("wrong", "fusion"): (8.0, "ok"),
     # fusion: fusing across a two-consumer node loses fan-out (2) and epilogues (2, two_matmuls' scale)

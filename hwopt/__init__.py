@@ -14,12 +14,12 @@ modules import each other in a circle).
    chip table and each chip's peak rule), bench (timing), probe (live ceilings: GB/s, FLOP/s), card (the
    machine card), power (energy counters: RAPL, NVML).
 5. cost/ (models of cost): costs (time and dollars per chip), batching, serving (queueing, chunked prefill),
-   footprint (memory capacity: weights + KV cache + activations), phases (prefill and decode: FLOPs, bytes,
-   intensity), paging (contiguous vs paged KV-cache allocation), speculative (tokens per target step and the
-   speedup of speculative decoding), moe (experts read per step, expert parallelism's bytes), communication
-   (the alpha-beta model and its fit, all-reduce, all-to-all), tensor_parallel (the TP degree that fits, the
-   decode bound with all-reduces), pipeline (the bubble), disaggregation (sending a KV cache vs prefilling
-   again), energy (J/token, $ per 1M tokens).
+   shapes (the model table), footprint (memory capacity: weights + KV cache + activations), phases (prefill
+   and decode: FLOPs, bytes, intensity), paging (contiguous vs paged KV-cache allocation), speculative (tokens
+   per target step and the speedup of speculative decoding), moe (experts read per step, expert parallelism's
+   bytes), communication (the alpha-beta model and its fit, all-reduce, all-to-all), tensor_parallel (the TP
+   degree that fits, the decode bound with all-reduces), pipeline (the bubble), disaggregation (sending a KV
+   cache vs prefilling again), energy (J/token, $ per 1M tokens).
 6. kernels/ (code that computes fast): lowbit_gemv (the course's C kernel, built on the learner's machine,
    and its loader), ort (ONNX Runtime: export, sessions, graph optimization, quantized graphs).
 7. models/ (model definitions): mlp, classifier (the digits MLP), tiny_decoder (a decoder-only transformer

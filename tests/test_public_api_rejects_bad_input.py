@@ -809,7 +809,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "plot_chip_map": lambda: call(costs.plot_chip_map, chips()[:6], "fp32", (40.0, 2e11, "here")),
         "cost_explorer": lambda: call(costs.cost_explorer, chips()[:6]),
     }),
-    **within("cost.footprint", {
+    **within("cost.shapes", {
         "ModelShape": lambda: call(footprint.ModelShape, "tiny", 2, 64, 4, 2, 128, 100, True, False,
                                    256, "https://example.org", 16, 4, 2, 1, 32, 1, 8, 4, 2, 16, 1, 1.5, 0.5,
                                    "https://example.org/card", text="name source_url params_source_url",
@@ -818,6 +818,9 @@ VALID: dict[str, Callable[[], Call]] = {
         "ModelShape.mlp_params": lambda: call(shape().mlp_params, 32),
         "load_shapes": lambda: call(footprint.load_shapes, footprint.SHAPES_CSV),
         "get_shape": lambda: call(footprint.get_shape, "Llama-3-8B", footprint.SHAPES_CSV),
+    }),
+    **within("cost.footprint", {
+        "kv_values_per_token_layer": lambda: call(footprint.kv_values_per_token_layer, shape()),
         "activation_precision": lambda: call(footprint.activation_precision, "int4"),
         "kv_precision_for": lambda: call(footprint.kv_precision_for, "fp16", "int8"),
         "weights_bytes": lambda: call(footprint.weights_bytes, shape(), "int8"),

@@ -174,7 +174,7 @@ def test_moe_mla_and_sliding_window_formulas_by_hand():
     assert mixtral.n_params == 32 * per_layer + 2 * 32000 * 4096
     assert mixtral.n_params - mixtral.active_params == 32 * 6 * 3 * 4096 * 14336  # 6 of 8 experts idle
     deepseek = footprint.get_shape("DeepSeek-V3")  # MLA: 512 latent + 64 rope values per token and layer
-    assert deepseek.attention == "MLA" and deepseek.kv_values_per_token_layer == 576
+    assert deepseek.attention == "MLA" and footprint.kv_values_per_token_layer(deepseek) == 576
     assert footprint.kv_cache_bytes(deepseek, 1, 1, "bf16") == 576 * 61 * 2  # 70,272 bytes, not 4 MB of MHA
     oss = footprint.get_shape("gpt-oss-120b")  # 18 of 36 layers keep only the last 128 tokens
     assert footprint.kv_cache_bytes(oss, 2, 100) == 2 * 8 * 64 * 36 * 100 * 2 * 2

@@ -10,6 +10,10 @@ Points are decided outside the student's interpreter, and every grading kernel r
 - sandbox: bubblewrap around each grading kernel (no network, own PID namespace, its own folder only);
 - sandbox_diagnosis: which of seccomp, AppArmor, user namespaces, /proc masking stops bubblewrap, and the fix;
 - kernel: the launcher inside the sandbox (memory, CPU-time and process-count limits, then ipykernel);
+- toolkit: the toolkit as grading kernels see it (its tables; stubs for every module that computes);
+- intake: only folders and regular files are graded; copies that never follow links; feedback pages only;
+- outputs: output caps over every kernel message, student HTML sanitised, output after hidden cases
+  withheld from feedback;
 - plugins: the nbgrader preprocessors that nbgrader_config.py wires in;
 - gradebook: SQLite for one grader, a PostgreSQL server for parallel ones; the records the grader adds;
 - course: a course folder and nbgrader's API on it (the repository's nbgrader_config.py);

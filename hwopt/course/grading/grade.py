@@ -7,15 +7,17 @@ postgresql:// db_url, or the DB_URL setting) the class is graded by several work
 cluster (grading.cluster). Each worker keeps its nbgrader and the assignments' references across tasks;
 every submission still gets a fresh sandboxed kernel, under that worker's own uid.
 
-Around nbgrader, each submission is checked first and its feedback after (grading.submission); after
-autograde the graded copy must exist (nbgrader deletes it on failure). grades_report.csv has one row per
-student and assignment: score (late penalty taken), max_score, status, notes, and the lateness columns
-(grading.deadlines); the LMS exports (grading.lms) are written beside nbgrader's grades.csv.
+Around nbgrader, each submission is checked first (grading.intake: only folders and regular files;
+grading.submission: a valid notebook) and its feedback after; after autograde the graded copy must exist
+(nbgrader deletes it on failure). grades_report.csv has one row per student and assignment: score (late
+penalty taken), max_score, status, notes, and the lateness columns (grading.deadlines); the LMS exports
+(grading.lms) are written beside nbgrader's grades.csv.
 """
 
 from __future__ import annotations
 
 import csv
+import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -26,6 +28,7 @@ from hwopt.course.grading import (
     course,
     deadlines,
     gradebook,
+    intake,
     judge,
     kernel,
     lms,
@@ -42,6 +45,7 @@ LOG_NOTES = (
     (r"Timeout waiting for execute reply", "a cell timed out"),
     (r"Output capped", "output beyond the byte cap dropped"),
     (r"Kernel died|kernel died", "the kernel died"),
+    (r"Notebook time limit reached", "the notebook's time cap was reached: the parts after it were not run"),
 )
 FINE = ("ok", "not submitted")  # statuses of a class graded without trouble
 
@@ -54,7 +58,7 @@ class Row:
     assignment: str
     score: float = 0.0
     max_score: float = 0.0
-    status: str = "ok"  # ok | not submitted | missing notebook | invalid notebook | autograde failed | ...
+    status: str = "ok"  # ok | not submitted | refused | missing/invalid notebook | autograde failed | ...
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     raw_score: float = 0.0  # before the late penalty (score = raw_score - late_penalty, at least 0)
@@ -71,13 +75,18 @@ def grade_one(api, folder: Path, assignment: str, student: str, force: bool = Tr
     submitted = folder / "submitted" / student / assignment
     log_path = folder / "grading-logs" / f"{student}.{assignment}.log"
     log_path.parent.mkdir(exist_ok=True)
-    problem = (submission.check_notebook(submitted / f"{notebook}.ipynb") if submitted.is_dir()
-               else "not submitted")
+    refused = intake.refusal(submitted, folder) if os.path.lexists(submitted) else None
+    if refused:
+        problem = f"refused ({refused})"
+    elif submitted.is_dir():
+        problem = submission.check_notebook(submitted / f"{notebook}.ipynb")
+    else:
+        problem = "not submitted"
     if problem == "not submitted":
         row.status = problem
     elif problem:
         row.status = problem.split(" (")[0]
-        row.notes.append(problem)
+        row.notes.append(refused or problem)
         gradebook.record_zero(api, assignment, student)
         log_path.write_text(f"not graded: {problem}\n")
     else:

@@ -505,7 +505,217 @@ def kv_cache_size(shape, batch_size, context_len, kv_bytes):
     return _footprint.kv_cache_bytes(shape, batch_size, context_len, "fp32") / 4 * kv_bytes
 """,
 }
-ADAPTERS = {"roofline": ROOFLINE_ADAPTER, "memory_kv": MEMORY_KV_ADAPTER}
+SWEEP = """\
+from hwopt.cost import batching as _batching
+from hwopt.machine import bench as _bench
+
+
+def _sweep(batch_sizes, latencies_ms):
+    try:
+        timings = tuple(_bench.Measurement("", (ms / 1000,)) for ms in latencies_ms)
+    except ValueError as err:  # the toolkit names its own argument
+        raise ValueError(str(err).replace("times_s", "latencies_ms")) from None
+    return _batching.BatchSweep(tuple(batch_sizes), timings)
+"""  # a table of (batch size, latency) as the toolkit's measured sweep, one timing per size, errors renamed
+
+BATCHING_ADAPTER = {  # throughputs, the best batch and the knee of the toolkit's sweep
+    "throughput": SWEEP + """
+
+def throughput_per_s(batch_size, latency_ms):
+    return _sweep([batch_size], [latency_ms]).throughputs_per_s[0]
+""",
+    "best_batch": """\
+def best_batch_size(batch_sizes, latency_fn):
+    sweep = _sweep(batch_sizes, [latency_fn(b) for b in batch_sizes])
+    return sweep.best_batch, max(sweep.throughputs_per_s)
+""",
+    "flattening": """\
+def flattening_batch_size(batch_sizes, latency_fn, fraction=0.9):
+    return _sweep(batch_sizes, [latency_fn(b) for b in batch_sizes]).knee(fraction)
+""",
+}
+
+LATENCY_BUDGET_ADAPTER = {  # the toolkit's sweep answers "largest within", its latency model the table
+    "largest_batch": SWEEP + """
+
+def largest_batch_within_budget(batch_sizes, latencies_ms, budget_ms):
+    return _sweep(batch_sizes, latencies_ms).largest_within(budget_ms)
+""",
+    "for_model": """\
+def largest_batch_for_model(overhead_ms, per_item_ms, budget_ms, max_batch_size=1024):
+    sizes = range(1, max_batch_size + 1)
+    latencies_ms = [_batching.batch_latency_ms(b, overhead_ms, per_item_ms) for b in sizes]
+    return largest_batch_within_budget(sizes, latencies_ms, budget_ms)
+""",
+}
+
+BANDWIDTH_PRECISION_ADAPTER = {  # lesson 2's size and speed estimates, the precision's bytes from lesson 4
+    "model_size": """\
+from hwopt.experiments import decode as _decode
+from hwopt.experiments import precision as _precision
+
+
+def model_size_gb(n_params, precision):
+    if precision not in BYTES_PER_WEIGHT:
+        raise ValueError(f"precision must be one of {sorted(BYTES_PER_WEIGHT)}")
+    return _decode.weights_gb(n_params, _precision.bytes_per_weight(precision))
+""",
+    "tokens": """\
+def decode_tokens_per_s(n_params, precision, bandwidth_gbs):
+    return _decode.tokens_per_s_estimate(n_params, _precision.bytes_per_weight(precision), bandwidth_gbs)
+""",
+    "chip_tokens": """\
+def chip_tokens_per_s(chip_name, n_params, precision):
+    return decode_tokens_per_s(n_params, precision, get_chip(chip_name).bandwidth_gbs)
+""",
+}
+
+FUSION_ADAPTER = {  # a chain as the toolkit's (ops, extra inputs) chain: its passes, bytes and time
+    "unfused": """\
+from hwopt.experiments import fusion as _fusion
+
+
+def bytes_unfused(chain, n_elements, bytes_per_element):
+    extra_inputs = sum(len(set(op["inputs"])) for op in chain) - len(chain)
+    return _fusion.bytes_moved(n_elements, fused=False, n_ops=len(chain), extra_inputs=extra_inputs,
+                               bytes_per_element=bytes_per_element)
+""",
+    "fused": """\
+def bytes_fused(chain, n_elements, bytes_per_element):
+    external = {name for op in chain for name in op["inputs"]} - {op["name"] for op in chain}
+    return _fusion.bytes_moved(n_elements, fused=True, n_ops=len(chain), extra_inputs=len(external) - 1,
+                               bytes_per_element=bytes_per_element)
+""",
+    "times": """\
+def predicted_times(chain, n_elements, bytes_per_element, bandwidth_gbs):
+    unfused_us = _fusion.predicted_time_ms(bytes_unfused(chain, n_elements, bytes_per_element),
+                                           bandwidth_gbs) * 1000
+    fused_us = _fusion.predicted_time_ms(bytes_fused(chain, n_elements, bytes_per_element),
+                                         bandwidth_gbs) * 1000
+    return {"unfused_us": unfused_us, "fused_us": fused_us, "speedup": unfused_us / fused_us}
+""",
+}
+
+QUANTIZE_ADAPTER = {  # the toolkit's quantizer on a bit width, its arrays unpacked into lists
+    "quantize_block": """\
+import numpy as _np
+
+from hwopt import quantization as _quantization
+
+
+def _check(bits, granularity="per_tensor", group_size=1):  # the assignment's rules; the toolkit's are wider
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 8:
+        raise ValueError(f"bits must be an integer from 2 to 8, got {bits!r}")
+    if granularity not in ("per_tensor", "per_channel", "per_group"):
+        raise ValueError(f"granularity must be per_tensor, per_channel or per_group, got {granularity!r}")
+    if granularity == "per_group" and (isinstance(group_size, bool) or not isinstance(group_size, int)
+                                       or group_size < 1):
+        raise ValueError(f"group_size must be a positive integer with per_group, got {group_size!r}")
+
+
+def quantize_block(values, bits, symmetric):
+    _check(bits)
+    codes, scales, zero_points = _quantization.quantize(_np.asarray(values, float), bits,
+                                                        symmetric=symmetric).numpy()
+    return {"codes": codes.tolist(), "scale": float(scales.flat[0]),
+            "zero_point": 0 if zero_points is None else int(zero_points.flat[0])}
+""",
+    "quantize_matrix": """\
+def _quantized(weights, bits, symmetric, granularity, group_size):
+    _check(bits, granularity, group_size)
+    if not weights or not weights[0] or any(len(row) != len(weights[0]) for row in weights):
+        raise ValueError("weights must be a non-empty list of rows of the same length")
+    block = group_size if granularity == "per_group" else None
+    return _quantization.quantize(_np.asarray(weights, float), bits, block=block, symmetric=symmetric,
+                                  per_channel=granularity == "per_channel")
+
+
+def quantize_matrix(weights, bits, symmetric, granularity, group_size=None):
+    codes, scales, zero_points = _quantized(weights, bits, symmetric, granularity, group_size).numpy()
+    return {"codes": codes.tolist(), "scales": scales.ravel().tolist(),
+            "zero_points": [0] * scales.size if zero_points is None else zero_points.ravel().tolist()}
+""",
+    "dequantize": """\
+def dequantize_matrix(codes, scales, zero_points, granularity, group_size=None):
+    codes = _np.asarray(codes, float)
+    block = {"per_tensor": 0, "per_channel": codes.shape[1], "per_group": group_size}[granularity]
+    per_block = (1, 1) if block == 0 else (len(codes), -1)
+    return _quantization.Quantized(codes, _np.reshape(scales, per_block), _np.reshape(zero_points, per_block),
+                                   1.0, None, block, 1, _np.float64).dequantize().tolist()
+""",
+    "error": """\
+def round_trip_error(weights, bits, symmetric, granularity, group_size=None):
+    errors = _np.asarray(weights, float) - _quantized(weights, bits, symmetric, granularity,
+                                                      group_size).dequantize()
+    return {"max_abs_error": float(_np.abs(errors).max()), "rms_error": float(_np.sqrt((errors**2).mean()))}
+""",
+}
+
+SERVING_QUEUE_ADAPTER = {  # the toolkit's simulator, its random arrivals replaced by the given ones
+    "simulate": """\
+import numpy as _np
+
+from hwopt.cost import serving as _serving
+
+
+def _simulated(arrivals_ms, max_batch_size, max_wait_ms, overhead_ms, per_item_ms):
+    draw = _serving.arrivals_ms
+    _serving.arrivals_ms = lambda *args: _np.asarray(arrivals_ms, float)
+    try:
+        return _serving.simulate_dynamic_batching(1000, max_batch_size, max_wait_ms, overhead_ms, per_item_ms,
+                                                  n_requests=len(arrivals_ms))
+    finally:
+        _serving.arrivals_ms = draw
+
+
+def end_to_end_latencies_ms(arrivals_ms, max_batch_size, max_wait_ms, overhead_ms, per_item_ms):
+    stats = _simulated(arrivals_ms, max_batch_size, max_wait_ms, overhead_ms, per_item_ms)
+    return stats.latencies_ms.tolist()
+""",
+    "within": """\
+def largest_max_batch_within(budget_ms, arrivals_ms, candidates, max_wait_ms, overhead_ms, per_item_ms):
+    p99_ms = {b: _simulated(arrivals_ms, b, max_wait_ms, overhead_ms, per_item_ms).p99_ms for b in candidates}
+    fitting = [b for b in candidates if p99_ms[b] <= budget_ms]
+    return (max(fitting), p99_ms[max(fitting)]) if fitting else (None, None)
+""",
+}
+
+BEYOND_ONE_CHIP_ADAPTER = {  # the toolkit's TP memory on the model's shape, its ring all-reduce and MoE
+    "memory": """\
+from hwopt.cost import footprint as _footprint
+from hwopt.cost import tensor_parallel as _tensor_parallel
+from hwopt.experiments import decode as _decode
+
+
+def memory_per_chip_gb(model, tp, context_len, batch_size, bytes_per_value):
+    shape = _footprint.ModelShape(model["name"], model["n_layers"], model["d_model"], model["n_heads"],
+                                  model["n_kv_heads"], 1, 1, head_dim=model["head_dim"])
+    per_chip = _tensor_parallel.memory_per_chip_bytes(shape, tp, context_len, batch_size, "fp32")
+    kv_gb = (per_chip - _footprint.weights_bytes(shape, "fp32") / tp) / 4 * bytes_per_value / 1e9
+    weights_gb = _decode.weights_gb(model["n_params"], bytes_per_value) / tp
+    return {"weights_gb": weights_gb, "kv_gb": kv_gb, "total_gb": weights_gb + kv_gb}
+""",
+    "allreduce": """\
+from hwopt.cost import communication as _communication
+
+
+def allreduce_us(message_bytes, n_chips, link_gbs, latency_us):
+    return _communication.allreduce_time_s(message_bytes, n_chips, link_gbs, latency_us / 1e6) * 1e6
+""",
+    "moe": """\
+from hwopt.cost import moe as _moe
+
+
+def moe_weights_read_gb(n_experts, experts_per_token, batch_size, expert_gb, shared_gb):
+    return shared_gb + _moe.expected_distinct_experts(n_experts, experts_per_token, batch_size) * expert_gb
+""",
+}
+# Every assignment but the quiz and profiling, whose graded parts no toolkit function answers
+# (tests/course/grading/test_samples.py measures what each adapter would score with the whole toolkit).
+ADAPTERS = {"roofline": ROOFLINE_ADAPTER, "memory_kv": MEMORY_KV_ADAPTER, "batching": BATCHING_ADAPTER,
+            "latency_budget": LATENCY_BUDGET_ADAPTER, "bandwidth_precision": BANDWIDTH_PRECISION_ADAPTER,
+            "fusion": FUSION_ADAPTER, "quantize": QUANTIZE_ADAPTER, "serving_queue": SERVING_QUEUE_ADAPTER,
+            "beyond_one_chip": BEYOND_ONE_CHIP_ADAPTER}
 
 
 def v_adapter(a, release, good):  # no solution of its own: toolkit calls, arguments renamed and regrouped

@@ -10,7 +10,8 @@ grader itself use the whole toolkit.
 
 A module joins SEEN only if it computes no graded quantity:
 tests/assignments/test_toolkit_has_no_graded_answers.py tries every function a grading kernel sees on every
-graded part, and each assignment has an adapter sample (toolkit calls only) that must score 0.
+graded part, and each assignment whose parts the whole toolkit answers has an adapter sample (toolkit calls
+only) that must score 0.
 """
 
 from __future__ import annotations

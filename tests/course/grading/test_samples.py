@@ -67,7 +67,20 @@ def points_with_the_whole_toolkit(assignment: str) -> float:
     return points
 
 
+# The adapter's points with the whole toolkit, measured: what the grading kernels' toolkit takes away. Not
+# attacked: the quiz (no toolkit function answers it) and profiling (the toolkit has no union of intervals nor
+# the fix table, and its Amdahl speedup refuses the infinite local speedup that part checks).
+WOULD_SCORE = {"roofline": 6.0, "memory_kv": 2.0, "batching": 8.0, "latency_budget": 10.0,
+               "bandwidth_precision": 6.0, "fusion": 5.0, "quantize": 10.0, "serving_queue": 6.0,
+               "beyond_one_chip": 7.0}
+
+
+def test_every_assignment_the_toolkit_could_answer_has_an_adapter():
+    assert set(samples.ADAPTERS) == set(WOULD_SCORE) == set(course.ASSIGNMENTS) - {"quiz", "profiling"}
+    assert samples.TARGETS["adapter"] == tuple(samples.ADAPTERS)
+
+
 @pytest.mark.parametrize("assignment", sorted(samples.ADAPTERS))
 def test_an_adapter_would_score_with_the_whole_toolkit_and_must_score_zero_graded(assignment):
-    assert points_with_the_whole_toolkit(assignment) > 0  # the sample attacks something real
+    assert points_with_the_whole_toolkit(assignment) == WOULD_SCORE[assignment] > 0  # it attacks real work
     assert samples.EXPECTED["adapter", assignment] == (0.0, "ok")  # grading kernels see none of it

@@ -593,7 +593,7 @@ FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "qu
         "quantize": 12.0, "profiling": 10.0,  # assignments 6 and 8
         "memory_kv": 10.0,
         "serving_queue": 11.0,
-        "beyond_one_chip": 11.0}
+        "beyond_one_chip": 10.0}
 # (student, assignment) -> (score, status) the grader must give.
 EXPECTED = {
     **{("correct", a): (FULL[a], "ok") for a in ALL},
@@ -657,11 +657,11 @@ EXPECTED = {
     # the p99 one rank too high loses the percentile (2), the edge of exactly 100 values (1) and largest
     # within (2: its p99 is returned); "none within" holds (a higher p99 is over the budget too)
     ("serving_queue_slip", "serving_queue"): (6.0, "ok"),
-    # beyond_one_chip (11): the KV cache split over all tp chips, not min(tp, KV heads), loses the copied KV
+    # beyond_one_chip (10): the KV cache split over all tp chips, not min(tp, KV heads), loses the copied KV
     # heads (1), the TP degree (1) and "none fits" (1; each has a case past the KV heads), the decode step (2)
-    ("wrong", "beyond_one_chip"): (6.0, "ok"),
+    ("wrong", "beyond_one_chip"): (5.0, "ok"),
     # the ring all-reduce with each byte sent once loses both all-reduce parts (1 + 1) and the decode step (2)
-    ("beyond_one_chip_slip", "beyond_one_chip"): (7.0, "ok"),
+    ("beyond_one_chip_slip", "beyond_one_chip"): (6.0, "ok"),
 }
 
 

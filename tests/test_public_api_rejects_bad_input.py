@@ -563,7 +563,7 @@ def chunked_requests():
 
 @functools.cache
 def phase_runs() -> dict:
-    return {name: serving.simulate_chunked_prefill(*chunked_requests(), 4, 1.0, 0.5, 0.1, chunk)
+    return {name: serving.simulate_chunked_prefill(*chunked_requests(), 4, 1.0, 0.1, chunk)
             for name, chunk in (("whole prompts", None), ("chunks of 16", 16))}
 
 
@@ -849,6 +849,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "kv_crossover_context": lambda: call(phases.kv_crossover_context, shape(), 2, "fp16", "int8"),
         "kv_report": lambda: call(phases.kv_report, shape(), "fp16", (1, 16)),
         "phase_table": lambda: call(phases.phase_table, [shape()], 16, 32, 2, "fp16", 1e12, 20.0),
+        "serving_step_costs": lambda: call(phases.serving_step_costs, shape(), 20.0, 1e12, "fp16", 64, "int8"),
     }),
     **within("cost.moe", {
         "expected_distinct_experts": lambda: call(moe.expected_distinct_experts, 32, 2, 8),
@@ -931,12 +932,18 @@ VALID: dict[str, Callable[[], Call]] = {
         "mixed_requests": lambda: call(serving.mixed_requests, 20, 10.0, 4, 64, 0.2, 4.0, 0,
                                        zero="long_fraction seed", bounded="long_fraction"),
         "simulate_chunked_prefill": lambda: call(serving.simulate_chunked_prefill, [0.0, 5.0], [8, 200],
-                                                 [20, 5], 4, 1.0, 0.5, 0.1, 16,
-                                                 zero="arrivals step_overhead_ms"),
+                                                 [20, 5], 4, 1.0, 0.1, 16, 0.5, 0.2,
+                                                 zero="arrivals weight_read_ms kv_read_per_seq_ms step_overhead_ms"),
+        "mixed_step_ms": lambda: call(serving.mixed_step_ms, 4, 16, 1.0, 0.1, 0.5, 0.2,
+                                      zero="decoding prefill_tokens weight_read_ms kv_read_per_seq_ms "
+                                           "step_overhead_ms"),
+        "tokens_at_ridge": lambda: call(serving.tokens_at_ridge, 1.0, 0.01, 4, 0.1,
+                                        zero="weight_read_ms decoding kv_read_per_seq_ms"),
         "PhaseLatencyStats.percentile": lambda: call(phase_runs()["whole prompts"].percentile, "tpot", 99.0,
                                                      zero="q", bounded="q"),
-        "chunked_prefill_explorer": lambda: call(serving.chunked_prefill_explorer, 1.0, 0.5, 0.1,
-                                                 chunked_requests(), 4, zero="step_overhead_ms",
+        "chunked_prefill_explorer": lambda: call(serving.chunked_prefill_explorer, 1.0, 0.1,
+                                                 chunked_requests(), 4, 0.5, 0.2,
+                                                 zero="weight_read_ms kv_read_per_seq_ms step_overhead_ms",
                                                  opaque="requests"),
         "plot_phase_latencies": lambda: call(serving.plot_phase_latencies, phase_runs()),
         "arrivals_ms": lambda: call(serving.arrivals_ms, 100.0, 50, 1, zero="seed"),

@@ -58,8 +58,10 @@ from hwopt.experiments import (
     distributed,
     fake_quant,
     fusion,
+    gptq,
     launch_overhead,
     llm_accuracy,
+    llm_quantization,
     model_card,
     moe_layer,
     outliers,
@@ -716,6 +718,19 @@ def format_rows() -> list:
     return [{"precision": "fp32", "bytes_per_weight": 4.0, "perplexity": 10.0, "top1_agreement": 1.0}]
 
 
+def slice_row() -> dict:
+    return {"tokens": 1024, "seq_len": 512, "eval_set": "validation", "available_tokens": 4096}
+
+
+def calibration_tokens() -> torch.Tensor:
+    return torch.arange(32).view(2, 16) % 100
+
+
+@functools.cache
+def small_inputs() -> dict:
+    return llm_quantization.group_inputs(small_llama(), calibration_tokens())
+
+
 def within(module: str, calls: dict) -> dict:
     """The calls of one module, keyed 'module.name'."""
     return {f"{module}.{name}": c for name, c in calls.items()}
@@ -849,7 +864,8 @@ VALID: dict[str, Callable[[], Call]] = {
         "kv_crossover_context": lambda: call(phases.kv_crossover_context, shape(), 2, "fp16", "int8"),
         "kv_report": lambda: call(phases.kv_report, shape(), "fp16", (1, 16)),
         "phase_table": lambda: call(phases.phase_table, [shape()], 16, 32, 2, "fp16", 1e12, 20.0),
-        "serving_step_costs": lambda: call(phases.serving_step_costs, shape(), 20.0, 1e12, "fp16", 64, "int8"),
+        "serving_step_costs": lambda: call(phases.serving_step_costs, shape(), 20.0, 1e12, "fp16", 64,
+                                           "int8"),
     }),
     **within("cost.moe", {
         "expected_distinct_experts": lambda: call(moe.expected_distinct_experts, 32, 2, 8),
@@ -933,7 +949,8 @@ VALID: dict[str, Callable[[], Call]] = {
                                        zero="long_fraction seed", bounded="long_fraction"),
         "simulate_chunked_prefill": lambda: call(serving.simulate_chunked_prefill, [0.0, 5.0], [8, 200],
                                                  [20, 5], 4, 1.0, 0.1, 16, 0.5, 0.2,
-                                                 zero="arrivals weight_read_ms kv_read_per_seq_ms step_overhead_ms"),
+                                                 zero="arrivals weight_read_ms kv_read_per_seq_ms "
+                                                      "step_overhead_ms"),
         "mixed_step_ms": lambda: call(serving.mixed_step_ms, 4, 16, 1.0, 0.1, 0.5, 0.2,
                                       zero="decoding prefill_tokens weight_read_ms kv_read_per_seq_ms "
                                            "step_overhead_ms"),
@@ -1547,6 +1564,8 @@ VALID: dict[str, Callable[[], Call]] = {
         "fake_quantize": lambda: call(quantization.fake_quantize, weight(), "mxfp4", block=8,
                                       per_channel=False, symmetric=True, axis=0, signed="x axis",
                                       zero="axis"),
+        "round_to_scales": lambda: call(quantization.round_to_scales, weight(), torch.full((8, 1), 0.1),
+                                        "int4", signed="x"),
         "Quantized.dequantize": lambda: call(quantization.quantize(weight(), "nvfp4").dequantize),
         "Quantized.steps": lambda: call(quantization.quantize(weight(), "int4_g32").steps),
         "Quantized.numpy": lambda: call(quantization.quantize(weight(), 4, symmetric=False).numpy),
@@ -1561,6 +1580,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "Llama": lambda: call(llama.Llama, small_config()),
         "Llama.parameter_count": lambda: call(small_llama().parameter_count, True),
         "Llama.new_cache": lambda: call(small_llama().new_cache, 1, 16),
+        "Llama.rotary": lambda: call(small_llama().rotary, 0, 8, torch.float32, "cpu", zero="start"),
         "Llama.generate": lambda: call(small_llama().generate, torch.tensor([[1, 2, 3]]), 2, temperature=0.0,
                                        seed=0, zero="tokens temperature seed"),
     }),
@@ -1569,6 +1589,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "documents": lambda: call(corpus.documents, str(source_folder())),
         "is_validation": lambda: call(corpus.is_validation, "json", text="module"),
         "split": lambda: call(corpus.split, documents()),
+        "calibration_documents": lambda: call(corpus.calibration_documents, documents(), 100, 10_000),
         "manifest": lambda: call(corpus.manifest, documents(), []),
         "write_validation": lambda: call(corpus.write_validation, documents(), TMP / "written.txt"),
         "read_validation": lambda: call(corpus.read_validation, validation_file()),
@@ -1632,6 +1653,35 @@ VALID: dict[str, Callable[[], Call]] = {
         "table": lambda: call(llm_accuracy.table, "draft", ["fp32"], seq_len=32, max_windows=1, cache=False,
                               progress=False),
         "plot_frontier": lambda: call(llm_accuracy.plot_frontier, format_rows()),
+        "evaluate_variant": lambda: call(llm_accuracy.evaluate_variant, "draft", "fp32 again",
+                                         lambda net: (net, 4.0), seq_len=32, max_windows=1, batch_size=1,
+                                         device="cpu", cache=False, progress=False, text="variant"),
+        "describe_slice": lambda: call(llm_accuracy.describe_slice, [slice_row()]),
+        "frontier": lambda: call(llm_accuracy.frontier, format_rows()),
+    }),
+    **within("experiments.gptq", {
+        "hessian": lambda: call(gptq.hessian, weight(), signed="x"),
+        "gptq_quantize": lambda: call(gptq.gptq_quantize, weight(), gptq.hessian(weight()), "int4", 8,
+                                      0.01, signed="w h"),
+    }),
+    **within("experiments.llm_quantization", {
+        "calibration_windows": lambda: call(llm_quantization.calibration_windows, "draft", 1),
+        "group_inputs": lambda: call(llm_quantization.group_inputs, small_llama(), calibration_tokens(),
+                                     zero="tokens"),
+        "outlier_rows": lambda: call(llm_quantization.outlier_rows, small_inputs(), 6.0, signed="inputs"),
+        "outlier_report": lambda: call(llm_quantization.outlier_report,
+                                       llm_quantization.outlier_rows(small_inputs()), 6.0, zero="rows"),
+        "plot_outliers": lambda: call(llm_quantization.plot_outliers,
+                                      llm_quantization.outlier_rows(small_inputs()), zero="rows"),
+        "w8a8": lambda: call(llm_quantization.w8a8, small_llama(), "smoothquant", calibration_tokens(), 0.5,
+                             8, zero="alpha calibration"),
+        "weight_only": lambda: call(llm_quantization.weight_only, small_llama(), "int4_g32", "gptq",
+                                    calibration_tokens(), 4, zero="calibration"),
+        "evaluate_w8a8": lambda: call(llm_quantization.evaluate_w8a8, "draft", "per-token", 0.5, 8,
+                                      seq_len=32, max_windows=1, cache=False, progress=False, zero="alpha"),
+        "evaluate_weight_only": lambda: call(llm_quantization.evaluate_weight_only, "draft", "int4_g128",
+                                             "rtn", 4, seq_len=32, max_windows=1, cache=False,
+                                             progress=False),
     }),
     **within("experiments.model_card", {
         "measure": lambda: call(model_card.measure, 4, False, run_valid=False),

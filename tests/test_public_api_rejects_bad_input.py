@@ -61,6 +61,7 @@ from hwopt.experiments import (
     gptq,
     launch_overhead,
     llm_accuracy,
+    llm_kv_cache,
     llm_quantization,
     model_card,
     moe_layer,
@@ -570,6 +571,10 @@ def phase_runs() -> dict:
 
 
 @functools.cache
+def llm_kv_rows() -> list:
+    return [{"variant": "KV fp16", "kv_bytes_per_value": 2.0, "perplexity": 60.0, "top1_agreement": 1.0}]
+
+
 def kv_rows() -> list:
     return prefill_decode.kv_quantization_error(decoder(), 4, ("int8",), 2)
 
@@ -1433,7 +1438,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "predicted_slowdowns": lambda: call(prefill_decode.predicted_slowdowns, decoder(), (4, 8), 2, "cpu"),
         "context_steps": lambda: call(prefill_decode.context_steps, decoder(), (4, 8), 2, "cpu"),
         "decode_vs_context": lambda: call(prefill_decode.decode_vs_context, decoder(), (4, 8), 2, "cpu", 1),
-        "context_report": lambda: call(prefill_decode.context_report, context_sweep(), 20.0),
+        "context_report": lambda: call(prefill_decode.context_report, context_sweep(), 20.0, 1e11),
         "plot_decode_vs_context": lambda: call(prefill_decode.plot_decode_vs_context, context_sweep()),
         "quantize_kv": lambda: call(prefill_decode.quantize_kv, torch.randn(2, 3, 8), "int8",
                                     signed="tensor"),
@@ -1442,7 +1447,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "kv_precision_table": lambda: call(prefill_decode.kv_precision_table, kv_rows(), opaque="rows"),
         "serving_costs": lambda: call(prefill_decode.serving_costs, phase_times(), context_sweep()),
         "lesson_summary": lambda: call(prefill_decode.lesson_summary, phase_times(), context_sweep(),
-                                       kv_rows(), phase_runs(), opaque="kv_rows"),
+                                       llm_kv_rows(), phase_runs(), opaque="kv_rows"),
     }),
     **within("machine.toolchain", {
         "c_compiler": lambda: call(toolchain.c_compiler, "gcc", text="cc"),
@@ -1658,6 +1663,13 @@ VALID: dict[str, Callable[[], Call]] = {
                                          device="cpu", cache=False, progress=False, text="variant"),
         "describe_slice": lambda: call(llm_accuracy.describe_slice, [slice_row()]),
         "frontier": lambda: call(llm_accuracy.frontier, format_rows()),
+    }),
+    **within("experiments.llm_kv_cache", {
+        "quantized_kv": lambda: call(llm_kv_cache.quantized_kv, small_llama(), "int4", "per-channel"),
+        "kv_bytes_per_value": lambda: call(llm_kv_cache.kv_bytes_per_value, "int8", 64, "per-token"),
+        "evaluate_kv": lambda: call(llm_kv_cache.evaluate_kv, "draft", "int8", "per-channel", seq_len=32,
+                                    max_windows=1, cache=False, progress=False),
+        "kv_table": lambda: call(llm_kv_cache.kv_table, [{**slice_row(), **llm_kv_rows()[0]}], opaque="rows"),
     }),
     **within("experiments.gptq", {
         "hessian": lambda: call(gptq.hessian, weight(), signed="x"),

@@ -63,6 +63,7 @@ from hwopt.experiments import (
     llm_accuracy,
     llm_kv_cache,
     llm_quantization,
+    llm_speculative,
     model_card,
     moe_layer,
     outliers,
@@ -721,6 +722,15 @@ def gguf_file() -> Path:
 
 def format_rows() -> list:
     return [{"precision": "fp32", "bytes_per_weight": 4.0, "perplexity": 10.0, "top1_agreement": 1.0}]
+
+
+@functools.cache
+def course_draft():
+    return llm_accuracy.load("draft")[0]
+
+
+def short_prompt() -> torch.Tensor:
+    return torch.tensor([[5, 6, 7, 5, 6]])
 
 
 def slice_row() -> dict:
@@ -1671,6 +1681,19 @@ VALID: dict[str, Callable[[], Call]] = {
                                     max_windows=1, cache=False, progress=False),
         "kv_table": lambda: call(llm_kv_cache.kv_table, [{**slice_row(), **llm_kv_rows()[0]}], opaque="rows"),
     }),
+    **within("experiments.llm_speculative", {
+        "prompt_lookup": lambda: call(llm_speculative.prompt_lookup, [1, 2, 3, 1, 2], 2, 2, zero="history"),
+        "speculative_generate": lambda: call(llm_speculative.speculative_generate, course_draft(),
+                                             short_prompt(), 4, 2, "draft", course_draft(), 2, zero="prompt"),
+        "checked_run": lambda: call(llm_speculative.checked_run, course_draft(), short_prompt(), 4, 2,
+                                    "prompt-lookup", None, zero="prompt"),
+        "validation_prompt": lambda: call(llm_speculative.validation_prompt, "draft", 8, 0, zero="offset"),
+        "step_costs": lambda: call(llm_speculative.step_costs, course_draft(), course_draft(), 8, 2, 1),
+        "compare_generation": lambda: call(llm_speculative.compare_generation, course_draft(), course_draft(),
+                                           short_prompt(), 2, 1, 1, zero="prompt"),
+        "Run.acceptance_by_position": lambda: call(llm_speculative.speculative_generate(
+            course_draft(), short_prompt(), 4, 2, "prompt-lookup").acceptance_by_position),
+    }),
     **within("experiments.gptq", {
         "hessian": lambda: call(gptq.hessian, weight(), signed="x"),
         "gptq_quantize": lambda: call(gptq.gptq_quantize, weight(), gptq.hessian(weight()), "int4", 8,
@@ -1737,6 +1760,7 @@ VALID: dict[str, Callable[[], Call]] = {
 EXCLUDED: dict[str, str] = {
     "experiments.speculative_decoding.SpeculativeRun": "a result of speculative_generate",
     "experiments.speculative_decoding.StepCosts": "a result of measure_step_costs",
+    "experiments.llm_speculative.Run": "a result of llm_speculative.speculative_generate",
     # The model's own layers: built by Llama from a checked LlamaConfig, run (and traced for ONNX) on every
     # step; Llama.generate and the evaluation functions check what reaches them.
     "models.llama.Llama.forward": "every decode step and the ONNX trace; generate and measure check inputs",

@@ -244,11 +244,9 @@ def speedup_report(run: SpeculativeRun, costs: StepCosts, timings: dict) -> str:
              f"verifying {k + 1} tokens cost v = {v:.2f} target steps here; E / (v + k c) = "
              f"{s['predicted_with_verify']:.2f}x: predicted / measured = "
              f"{s['predicted_with_verify'] / measured:.2f}"]
-    error = abs(s["predicted_with_verify"] / measured - 1)
-    if error <= 0.15:
-        lines.append("the model holds: the speedup follows from how often the draft is right and what the "
-                     "draft and the verification cost.")
-    else:
-        lines.append(f"{error:.0%} off even with v: the loop's own work (concatenating tokens, cutting the "
-                     "caches back) and timing noise on a shared machine are not in the model.")
+    plain, spec = timings["target greedy"].median_ms, timings["speculative"].median_ms
+    lines.append(f"one generation took {plain:,.1f} ms plain and {spec:,.1f} ms speculative; the prediction "
+                 "leaves out the loop's own work "
+                 "(concatenating tokens, cutting the caches back) and the noise of a shared machine, "
+                 f"and is {abs(s['predicted_with_verify'] / measured - 1):.0%} from the measurement with v.")
     return "\n".join(lines)

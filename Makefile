@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: env lab test lint unit notebooks clean browser-deps grading-deps gradebook-deps colab-overlay lab-settings
+.PHONY: env lab test lint unit notebooks clean browser-deps grading-deps gradebook-deps hub-deps colab-overlay lab-settings
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,16 @@ gradebook-deps:        ## install PostgreSQL's server (initdb, pg_ctl) via apt w
 	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql; }
 
+# The course on a JupyterHub (deploy/hub/): its proxy, configurable-http-proxy, from npm into the environment
+# (.venv/bin), once when missing; Debian's Node.js and npm via apt when npm is missing.
+CHP_VERSION := 5.3.0
+hub-deps: env          ## install configurable-http-proxy (npm) into .venv when missing
+	@test -x $(VENV)/bin/configurable-http-proxy || { \
+	  command -v npm >/dev/null || ! command -v apt-get >/dev/null || { \
+	    SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nodejs npm; }; \
+	  npm install --global --silent --prefix $(VENV) configurable-http-proxy@$(CHP_VERSION); }
+
 # Colab compatibility test: Colab's widget and IPython versions (hwopt/course/colab_pip_freeze.txt) in a folder
 # prepended to PYTHONPATH.
 colab-overlay: env     ## Colab's ipywidgets 7.7.1 / IPython 7.34 stack in .venv-colab-overlay/
@@ -52,7 +62,7 @@ colab-overlay: env     ## Colab's ipywidgets 7.7.1 / IPython 7.34 stack in .venv
 # The tests that time nothing run on TEST_WORKERS processes (pytest-xdist, a notebook or test file each);
 # those marked `timing` compare measured times, so they run afterwards, alone.
 TEST_WORKERS ?= 2
-test: env lab-settings browser-deps grading-deps gradebook-deps colab-overlay  ## lint, then every test (unit, notebooks, grading, browser)
+test: env lab-settings browser-deps grading-deps gradebook-deps hub-deps colab-overlay  ## lint, then every test (unit, notebooks, grading, browser, hub)
 	ruff check .
 	$(PY) -m pytest -n $(TEST_WORKERS) -m "not timing"
 	$(PY) -m pytest -m timing

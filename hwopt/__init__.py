@@ -5,7 +5,8 @@ modules import each other in a circle).
 1. arguments: the one argument checker.
 2. formats (number formats: bits, bytes per weight with block scales, chip-table columns), data/ (the
    course's data, every row with its source: chips.csv, model_shapes.csv), plots (the one plotting style),
-   widgets (the sliders), recordings (headline figures of a recorded run, and other chips' runs read back).
+   widgets (the sliders), recordings (headline figures of a recorded run, and other chips' runs read back),
+   predictions (the learner's prediction, written before a measurement, set beside it after).
 3. roofline: the pure maths of the roofline (intensity, ridge point, attainable FLOP/s, time bound, the plot);
    quantization: the codes and scales every format stores (integer grids per tensor, channel or block, fp8,
    MXFP4, NVFP4), computed in one place for the lessons and the kernels, which only pack them.
@@ -13,12 +14,12 @@ modules import each other in a circle).
    chip table and each chip's peak rule), bench (timing), probe (live ceilings: GB/s, FLOP/s), card (the
    machine card), power (energy counters: RAPL, NVML).
 5. cost/ (models of cost): costs (time and dollars per chip), batching, serving (queueing, chunked prefill),
-   footprint (memory capacity: weights + KV cache + activations), phases (prefill and decode: FLOPs, bytes,
-   intensity), paging (contiguous vs paged KV-cache allocation), speculative (tokens per target step and the
-   speedup of speculative decoding), moe (experts read per step, expert parallelism's bytes), communication
-   (the alpha-beta model and its fit, all-reduce, all-to-all), tensor_parallel (the TP degree that fits, the
-   decode bound with all-reduces), pipeline (the bubble), disaggregation (sending a KV cache vs prefilling
-   again), energy (J/token, $ per 1M tokens).
+   shapes (the model table), footprint (memory capacity: weights + KV cache + activations), phases (prefill
+   and decode: FLOPs, bytes, intensity), paging (contiguous vs paged KV-cache allocation), speculative (tokens
+   per target step and the speedup of speculative decoding), moe (experts read per step, expert parallelism's
+   bytes), communication (the alpha-beta model and its fit, all-reduce, all-to-all), tensor_parallel (the TP
+   degree that fits, the decode bound with all-reduces), pipeline (the bubble), disaggregation (sending a KV
+   cache vs prefilling again), energy (J/token, $ per 1M tokens).
 6. kernels/ (code that computes fast): lowbit_gemv (the course's C kernel, built on the learner's machine,
    and its loader), ort (ONNX Runtime: export, sessions, graph optimization, quantized graphs).
 7. models/ (model definitions): mlp, classifier (the digits MLP), tiny_decoder (a decoder-only transformer
@@ -47,7 +48,7 @@ __version__ = "0.1.0"
 # The layers, first to last: each entry names the top-level modules and subpackages of one layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("arguments",),
-    ("formats", "data", "plots", "widgets", "recordings"),
+    ("formats", "data", "plots", "widgets", "recordings", "predictions"),
     ("roofline", "quantization"),
     ("machine",),
     ("cost",),

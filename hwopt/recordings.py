@@ -3,12 +3,17 @@
 A lesson calls `headline(name, value, unit)` in a summary cell: nothing is shown; while a run is being
 recorded (`make record`, which points $HWOPT_HEADLINES at a file), the figure is written there.
 data/recordings/<chip>/ holds one recorded run per chip: every executed lesson, headline.json (the figures,
-lesson by lesson) and machine_card.json. `load(chip)` reads one; `compare(lesson, figures)` sets the learner's
-figures beside each recorded chip's, so a learner on a laptop sees what the same cell measured on a GPU.
+lesson by lesson), machine_card.json and run.json (per notebook: status, seconds and the SHA-256 of each
+cell's source). `load(chip)` reads one; `compare(lesson, figures)` sets the learner's figures beside each
+recorded chip's, so a learner on a laptop sees what the same cell measured on a GPU. A recorded lesson whose
+cells no longer hash as its notebook's do is stale: `stale(folder)` says which and why, compare() leaves it
+out, and a test fails.
 """
 
 from __future__ import annotations
 
+import difflib
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -18,6 +23,7 @@ from hwopt import arguments
 
 HEADLINES_ENV = "HWOPT_HEADLINES"  # a file: while set, headline() appends one JSON line per figure to it
 RECORDINGS_DIR = Path(__file__).resolve().parents[1] / "data" / "recordings"
+LESSONS_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 HEADLINE_FILE, CARD_FILE, RUN_FILE = "headline.json", "machine_card.json", "run.json"
 
 
@@ -111,8 +117,104 @@ def load_folder(folder: Path | str) -> Recording:
                      data.get("device_name", base.name), data.get("recorded_on", ""), figures, card)
 
 
-def compare(lesson: str, figures: dict, folder: Path | str = RECORDINGS_DIR) -> str:
-    """Lines setting this run's figures ({name: value}) beside what each recorded chip measured in lesson."""
+def cell_sha256(notebook) -> list[str]:
+    """SHA-256 (hex) of each cell of a notebook, in order: its type and source; outputs and metadata ignored.
+
+    notebook: the path of an .ipynb file, or the notebook as a dict (an nbformat NotebookNode is one).
+    """
+    if isinstance(notebook, str | Path):
+        path = Path(notebook)
+        if path.suffix != ".ipynb" or not path.is_file():
+            raise ValueError(f"notebook must be an existing .ipynb file or a notebook dict; "
+                             f"got {str(path)!r}")
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+    cells = arguments.instance("notebook", notebook, dict).get("cells")
+    if not isinstance(cells, list):
+        raise ValueError("notebook must hold a list of cells")
+    hashes = []
+    for cell in cells:
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)  # .ipynb may split lines
+        hashes.append(hashlib.sha256(json.dumps([cell.get("cell_type"), source]).encode()).hexdigest())
+    return hashes
+
+
+def changed_cells(recorded: list[str], current: list[str]) -> str:
+    """What changed between two lists of cell hashes, in words ('' when equal): cells of the current notebook
+    that changed or were added (0-based indices), and how many were removed."""
+    recorded, current = _texts("recorded", recorded), _texts("current", current)
+    changed, added, removed = [], [], 0
+    matcher = difflib.SequenceMatcher(a=recorded, b=current, autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op != "equal":  # pair old and new cells in order; the rest were added or removed
+            common = min(i2 - i1, j2 - j1)
+            changed += range(j1, j1 + common)
+            added += range(j1 + common, j2)
+            removed += (i2 - i1) - common
+    parts = [f"{what} {', '.join(map(str, cells))}" for what, cells in
+             (("changed cells", changed), ("added cells", added)) if cells]
+    return "; ".join(parts + ([f"{removed} cell{'s' if removed > 1 else ''} removed"] if removed else []))
+
+
+def _texts(name: str, values) -> list[str]:
+    """values as a list of strings (a list, tuple or the keys of a dict); ValueError naming name otherwise."""
+    if not isinstance(values, list | tuple | dict):
+        raise ValueError(f"{name} must be a list of strings; got {type(values).__name__}")
+    return [arguments.text(f"{name}[{i}]", v, allow_empty=True) for i, v in enumerate(values)]
+
+
+def _run_rows(folder: Path) -> dict[str, dict]:
+    """run.json's rows by notebook file name ({} without one)."""
+    path = folder / RUN_FILE
+    rows = json.loads(path.read_text(encoding="utf-8")).get("notebooks", []) if path.exists() else []
+    return {Path(row["path"]).name: row for row in rows}
+
+
+def lesson_staleness(folder: Path | str, lesson: str, lessons_dir: Path | str = LESSONS_DIR) -> str:
+    """Why the recorded lesson (name without .ipynb) in folder no longer matches its notebook in lessons_dir,
+    in words; '' when every cell still hashes as recorded."""
+    folder, lessons_dir = Path(folder), Path(lessons_dir)
+    name = f"{arguments.text('lesson', lesson)}.ipynb"
+    notebook = lessons_dir / name
+    if not notebook.exists():
+        return f"{lessons_dir.name}/{name} no longer exists"
+    row = _run_rows(folder).get(name)
+    if row is None or not row.get("cell_sha256"):
+        return f"{RUN_FILE} holds no cell hashes for it (recorded before they were kept)"
+    return changed_cells(row["cell_sha256"], cell_sha256(notebook))
+
+
+def stale(folder: Path | str, lessons_dir: Path | str = LESSONS_DIR) -> dict[str, str]:
+    """The lessons recorded in folder (one chip's run) that no longer match their notebooks: {lesson: why}."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"folder must be a folder of recorded runs; got {str(folder)!r}")
+    lessons = sorted({p.stem for p in folder.glob("*.ipynb")} | {Path(n).stem for n in _run_rows(folder)})
+    found = {lesson: lesson_staleness(folder, lesson, lessons_dir) for lesson in lessons}
+    return {lesson: why for lesson, why in found.items() if why}
+
+
+def regenerate_command(recording: Recording, lessons) -> str:
+    """The command that records lessons again into recording's folder (run on a machine of that chip)."""
+    arguments.instance("recording", recording, Recording)
+    lessons = [lesson for lesson in _texts("lessons", lessons) if lesson]
+    paths = " ".join(f"{LESSONS_DIR.name}/{lesson}.ipynb" for lesson in lessons)
+    rows = _run_rows(recording.folder)
+    seconds = sum(rows.get(f"{lesson}.ipynb", {}).get("seconds") or 0 for lesson in lessons)
+    took = f"; the last run of these took {seconds:,.0f} s there" if seconds else ""
+    out = f"data/recordings/{recording.folder.name}"
+    return (f"make record DEVICE={recording.device or 'auto'} ARGS=\"--out {out} {paths}\" on a machine of "
+            f"that chip ({recording.device_name}; it rewrites these lessons in {out}/ and keeps the "
+            f"others{took}), then commit {out}/")
+
+
+def compare(lesson: str, figures: dict, folder: Path | str = RECORDINGS_DIR, *,
+            lessons_dir: Path | str = LESSONS_DIR) -> str:
+    """Lines setting this run's figures ({name: value}) beside what each recorded chip measured in lesson.
+
+    A chip whose recording of lesson is stale (its cells no longer hash as lessons_dir's notebook does) is
+    left out, with a line saying so: its figures came from another version of the lesson.
+    """
     lesson = arguments.text("lesson", lesson)
     arguments.instance("figures", figures, dict)
     mine = {arguments.text("figures key", k): float(arguments.number(f"figures[{k!r}]", v))
@@ -121,12 +223,19 @@ def compare(lesson: str, figures: dict, folder: Path | str = RECORDINGS_DIR) -> 
     runs = [run for run in runs if lesson in run.figures]
     if not runs:
         return f"No recorded run of {lesson} yet (`make record` saves one under data/recordings/)."
+    outdated = {run.chip: why for run in runs if (why := lesson_staleness(run.folder, lesson, lessons_dir))}
     lines = []
     for name, value in mine.items():
         for run in runs:
             theirs = run.figures[lesson].get(name)
-            if theirs is None:
+            if theirs is None or run.chip in outdated:
                 continue
             ratio = f" = {theirs.value / value:.3g}x yours" if value else ""
             lines.append(f"{name}: yours {Figure(value, theirs.unit)}; {run.label}: {theirs}{ratio}")
-    return "\n".join(lines) or f"The recorded runs of {lesson} hold none of {sorted(mine)}."
+    if not lines and not outdated:
+        lines.append(f"The recorded runs of {lesson} hold none of {sorted(mine)}.")
+    for run in runs:
+        if run.chip in outdated:
+            lines.append(f"{run.label}: not compared, recorded from another version of this lesson "
+                         f"({outdated[run.chip]}); {regenerate_command(run, [lesson])}")
+    return "\n".join(lines)

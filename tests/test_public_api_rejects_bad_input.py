@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hwopt
-from hwopt import formats, plots, quantization, recordings, roofline, widgets
+from hwopt import formats, plots, predictions, quantization, recordings, roofline, widgets
 from hwopt.cost import (
     batching,
     communication,
@@ -805,7 +805,10 @@ VALID: dict[str, Callable[[], Call]] = {
         "predicted_latency_ms": lambda: call(batching.predicted_latency_ms, 1e6, 4, 1e12, 100.0, 2.0),
         "batch1_regime": lambda: call(batching.batch1_regime, 1e6, "last-level cache", 32 * 2**20,
                                       text="cache_name"),
-        "batch1_verdict": lambda: call(batching.batch1_verdict, 1e6, 0.1, 20.0),
+        "batch1_verdict": lambda: call(batching.batch1_verdict, 1e6, 0.1, 20.0, "L3 cache", 32 * 2**20,
+                                       text="cache_name"),
+        "fit_verdict": lambda: call(batching.fit_verdict, latency_fit(), sweep(), 0.2),
+        "BatchSweep.latency_table_ms": lambda: call(sweep().latency_table_ms, 2),
         "BatchSweep": lambda: call(batching.BatchSweep, (1, 2), (measurement(), measurement())),
         "BatchSweep.knee": lambda: call(sweep().knee, 0.9),
         "BatchSweep.largest_within": lambda: call(sweep().largest_within, 3.0),
@@ -836,7 +839,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "plot_chip_map": lambda: call(costs.plot_chip_map, chips()[:6], "fp32", (40.0, 2e11, "here")),
         "cost_explorer": lambda: call(costs.cost_explorer, chips()[:6]),
     }),
-    **within("cost.footprint", {
+    **within("cost.shapes", {
         "ModelShape": lambda: call(footprint.ModelShape, "tiny", 2, 64, 4, 2, 128, 100, True, False,
                                    256, "https://example.org", 16, 4, 2, 1, 32, 1, 8, 4, 2, 16, 1, 1.5, 0.5,
                                    "https://example.org/card", text="name source_url params_source_url",
@@ -845,22 +848,25 @@ VALID: dict[str, Callable[[], Call]] = {
         "ModelShape.mlp_params": lambda: call(shape().mlp_params, 32),
         "load_shapes": lambda: call(footprint.load_shapes, footprint.SHAPES_CSV),
         "get_shape": lambda: call(footprint.get_shape, "Llama-3-8B", footprint.SHAPES_CSV),
+    }),
+    **within("cost.footprint", {
+        "kv_values_per_token_layer": lambda: call(footprint.kv_values_per_token_layer, shape()),
         "activation_precision": lambda: call(footprint.activation_precision, "int4"),
         "kv_precision_for": lambda: call(footprint.kv_precision_for, "fp16", "int8"),
         "weights_bytes": lambda: call(footprint.weights_bytes, shape(), "int8"),
         "kv_cache_bytes": lambda: call(footprint.kv_cache_bytes, shape(), 2, 128, "fp16"),
         "activation_bytes": lambda: call(footprint.activation_bytes, shape(), 2, 128, "fp16",
-                                         naive_attention=False),
+                                         naive_attention=False, token_budget=64),
         "MemoryBreakdown": lambda: call(footprint.MemoryBreakdown, 1.0, 0.5, 0.25,
                                         zero="weights_gb activations_gb kv_cache_gb"),
         "MemoryBreakdown.as_dict": lambda: call(footprint.MemoryBreakdown(1.0, 0.5, 0.25).as_dict),
         "memory_breakdown": lambda: call(footprint.memory_breakdown, shape(), 2, 128, "fp16",
-                                         kv_precision="int8", naive_attention=True),
+                                         kv_precision="int8", naive_attention=True, token_budget=64),
         "fits": lambda: call(footprint.fits, footprint.MemoryBreakdown(1.0, 0.5, 0.25), 16.0, 0.1,
                              zero="reserve_fraction"),
         "max_batch_size": lambda: call(footprint.max_batch_size, shape(), 128, 1.0, "fp16",
                                        reserve_fraction=0.1, naive_attention=True, limit=1024,
-                                       zero="reserve_fraction"),
+                                       token_budget=64, zero="reserve_fraction"),
         "oom_fix": lambda: call(footprint.oom_fix, shape(), 2, 128, 1.0, "fp16"),
         "plot_memory": lambda: call(footprint.plot_memory, shape(), 2, 128, "fp16", 1.0, True),
         "memory_explorer": lambda: call(footprint.memory_explorer, {"T4": 16.0}, [shape()]),
@@ -980,11 +986,11 @@ VALID: dict[str, Callable[[], Call]] = {
         "plot_phase_latencies": lambda: call(serving.plot_phase_latencies, phase_runs()),
         "arrivals_ms": lambda: call(serving.arrivals_ms, 100.0, 50, 1, zero="seed"),
         "simulate_dynamic_batching": lambda: call(serving.simulate_dynamic_batching, 100.0, 8, 2.0, 1.0,
-                                                  0.5, n_requests=50, seed=0,
+                                                  0.5, n_requests=50, seed=0, batch_ms=[1.0] * 8,
                                                   zero="max_wait_ms overhead_ms seed"),
         "plot_latency_histogram": lambda: call(serving.plot_latency_histogram, serving_stats(),
                                                label="l", text="label"),
-        "serving_report": lambda: call(serving.serving_report, 100.0, 8, 2.0, 1.0, 0.5, 0,
+        "serving_report": lambda: call(serving.serving_report, 100.0, 8, 2.0, 1.0, 0.5, 0, batch_ms=[1.0] * 8,
                                        zero="max_wait_ms overhead_ms seed"),
         "output_lengths": lambda: call(serving.output_lengths, 20, 5.0, 0, zero="seed"),
         "simulate_generation": lambda: call(serving.simulate_generation, [3, 1, 4, 1, 5], 2, 1.0, 0.5,
@@ -1074,10 +1080,14 @@ VALID: dict[str, Callable[[], Call]] = {
         "Ceilings.ridge_point": lambda: call(ceilings().ridge_point, "fp32"),
         "Ceilings.to_ceiling": lambda: call(ceilings().to_ceiling, "fp32", label="here", text="label"),
         "Ceilings.to_dict": lambda: call(ceilings().to_dict),
+        "Ceilings.method": lambda: call(ceilings().method),
+        "Ceilings.provenance": lambda: call(ceilings().provenance, 1.8e9),
         # The valid call measures bandwidth on arrays 4x the last-level cache and matmuls for seconds (see
         # tests/machine/test_probe.py); the bad values are refused before any measuring.
         "probe": lambda: call(probe.probe, "cpu", ["fp32"], True, threads=1, progress=False,
                               run_valid=False),
+        "ceilings": lambda: call(probe.ceilings, "cpu", ["fp32"], quick=True, fresh=False, max_age_s=60.0,
+                                 zero="max_age_s", bounded="max_age_s", run_valid=False),
     }),
     **within("models.classifier", {
         "load_digits": lambda: call(classifier.load_digits, 0.25, 1, zero="seed"),
@@ -1158,6 +1168,8 @@ VALID: dict[str, Callable[[], Call]] = {
                                                          20.0), opaque="rows"),
         "fresh_output_sentence": lambda: call(fusion.fresh_output_sentence, chain_rows(), "compiled",
                                               "compiled, out given", opaque="rows"),
+        "fusion_verdict": lambda: call(fusion.fusion_verdict, chain_rows(), "compiled", "compiled, out given",
+                                       opaque="rows"),
     }),
     **within("kernels.lowbit_gemv", {
         "runnable_paths": lambda: call(lowbit_gemv.runnable_paths, ["AVX2", "FMA"], "x86_64", text="arch"),
@@ -1728,6 +1740,10 @@ VALID: dict[str, Callable[[], Call]] = {
         "Format.describe": lambda: call(formats.get("int4_g32").describe),
         "Format.with_block": lambda: call(formats.get("int4_g128").with_block, 32),
     }),
+    **within("predictions", {
+        "verdict": lambda: call(predictions.verdict, 2.0, 3.0, "the speedup", "x",
+                                signed="prediction measured", zero="prediction measured", text="what unit"),
+    }),
     **within("recordings", {
         "headline": lambda: call(recordings.headline, "memory bandwidth", 40.0, "GB/s", signed="value",
                                  zero="value", text="name unit"),
@@ -1739,6 +1755,15 @@ VALID: dict[str, Callable[[], Call]] = {
                                 recorded_folder(), text="lesson", signed="figures"),
         "Recording.notebook": lambda: call(recordings.load("nvidia-h200", recorded_folder()).notebook,
                                            "02_memory_bandwidth", text="lesson"),
+        "cell_sha256": lambda: call(recordings.cell_sha256,
+                                    {"cells": [{"cell_type": "code", "source": "x"}]}),
+        "changed_cells": lambda: call(recordings.changed_cells, ["a", "b"], ["a", "c"]),
+        "lesson_staleness": lambda: call(recordings.lesson_staleness, recorded_folder() / "nvidia-h200",
+                                         "02_memory_bandwidth", text="lesson"),
+        "stale": lambda: call(recordings.stale, recorded_folder() / "nvidia-h200"),
+        "regenerate_command": lambda: call(recordings.regenerate_command,
+                                           recordings.load("nvidia-h200", recorded_folder()), ["02_x"],
+                                           opaque="recording"),
     }),
     **within("widgets", {
         "int_slider": lambda: call(widgets.int_slider, "n", 1, 8, 4, step=1, unit="items",
@@ -1826,6 +1851,7 @@ EXCLUDED: dict[str, str] = {
     "experiments.fusion.chain": "traced by torch.compile and the ONNX exporter; chain_inputs checks inputs",
     "experiments.fusion.Chain.forward": "traced by torch.compile and the ONNX exporter",
     "experiments.fusion.chain_into": "the chain that lesson 5 compiles with torch.compile and times",
+    "experiments.fusion.chain_eager_into": "timed by lesson 5 in the loop; chain_inputs checks the inputs",
     "models.tiny_decoder.Block.forward": "runs every decode step; generate and measure_decode check",
     "models.tiny_decoder.TinyDecoder.forward": "every decode step; generate and measure_decode check",
     "models.tiny_decoder.project": "every projection of every decode step (inside Block.forward); the "

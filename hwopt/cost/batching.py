@@ -154,19 +154,53 @@ def batch1_regime(weight_bytes: float, cache_name: str, cache_bytes: int | None)
             "(weights / bandwidth) unless fixed per-call costs are larger still.")
 
 
-def batch1_verdict(weight_bytes: float, latency_ms: float, bandwidth_gbs: float) -> str:
-    """What a measured batch-1 latency says: the rate it read its weights at, against the DRAM bandwidth."""
+def batch1_verdict(weight_bytes: float, latency_ms: float, bandwidth_gbs: float, cache_name: str = "",
+                   cache_bytes: int | None = None) -> str:
+    """What a measured batch-1 latency says: the rate it read its weights at, against the DRAM bandwidth,
+    read together with where the weights live (the cache batch1_regime sized them against; None: unknown)."""
     weight_bytes = arguments.positive("weight_bytes", weight_bytes)
     achieved_gbs = weight_bytes / arguments.positive("latency_ms", latency_ms) / 1e6
     ratio = achieved_gbs / arguments.positive("bandwidth_gbs", bandwidth_gbs)
-    said = (f"batch 1 took {latency_ms:.3f} ms: its weights were read at {achieved_gbs:,.1f} GB/s, "
-            f"{ratio:.2f}x the measured memory bandwidth ({bandwidth_gbs:,.1f} GB/s)")
+    cache_name = arguments.text("cache_name", cache_name, allow_empty=True) or "last-level cache"
+    if cache_bytes is not None:
+        cache_bytes = arguments.count("cache_bytes", cache_bytes, "bytes")
+    said = (f"batch 1 took {latency_ms:.3f} ms: its {weight_bytes / 1e6:,.1f} MB of weights were read at "
+            f"{achieved_gbs:,.1f} GB/s, {ratio:.2f}x the measured DRAM bandwidth ({bandwidth_gbs:,.1f} GB/s)")
+    fits = cache_bytes is not None and weight_bytes <= cache_bytes
     if ratio > 1.1:
-        return f"{said}: faster than memory can deliver, so the weights came from cache."
-    if ratio >= 0.5:
-        return f"{said}: close to the memory roof, so batch 1 is memory-bound here."
-    return (f"{said}: far below the memory roof, so neither memory nor arithmetic sets batch-1 latency "
-            "here but the fixed cost of each call (framework dispatch, threads, kernel launches).")
+        return f"{said}: faster than DRAM can deliver, so the weights came from cache."
+    if ratio < 0.5:
+        return (f"{said}: far below the memory roof, so neither memory nor arithmetic sets batch-1 latency "
+                "here but the fixed cost of each call (framework dispatch, threads, kernel launches).")
+    if fits:
+        return (f"{said}. The weights fit in the {cache_name} ({cache_bytes / 2**20:,.0f} MiB), so DRAM is "
+                "not what limits this call, yet the cache did not make it faster than DRAM: the time is set "
+                "by what the cache delivers to this call and by its fixed cost, which this lesson does not "
+                "separate. The DRAM roof predicts the right time here for the wrong reason.")
+    where = "" if cache_bytes is None else f" (they exceed the {cache_name}, {cache_bytes / 2**20:,.0f} MiB)"
+    return f"{said}: close to the memory roof{where}, so batch 1 is memory-bound here."
+
+
+def fit_verdict(fit: LatencyFit, sweep: BatchSweep, tolerance: float = 0.2) -> str:
+    """Where the overhead + per-item line fails the measured sweep: the batch sizes it misses by more than
+    tolerance (a fraction), with both times, and its throughput ceiling against the best measured."""
+    arguments.instance("fit", fit, LatencyFit)
+    arguments.instance("sweep", sweep, BatchSweep)
+    tolerance = arguments.fraction("tolerance", tolerance)
+    fitted = fit.latency_ms(list(sweep.batch_sizes))
+    misses = [f"batch {b}: {m:.3g} ms measured, {f:.3g} fitted"
+              for b, m, f in zip(sweep.batch_sizes, sweep.latencies_ms, fitted, strict=True)
+              if abs(f - m) > tolerance * m]
+    best = max(sweep.throughputs_per_s)
+    lines = [f"The line misses {len(misses)} of {len(fitted)} batch sizes by more than {tolerance:.0%}"
+             + (f" ({'; '.join(misses)})" if misses else "") + "."]
+    if fit.per_item_ms > 0 and fit.max_items_per_s < best:
+        lines.append(f"Its ceiling, {fit.max_items_per_s:,.0f} items/s, is below the {best:,.0f} items/s "
+                     f"measured at batch {sweep.best_batch}: the line cannot be the limit of this curve.")
+    if misses:
+        lines.append("Two numbers do not describe this curve everywhere: use the measured latencies where "
+                     "the line misses, as section 5 does.")
+    return " ".join(lines)
 
 
 # ---- measuring a real model ------------------------------------------------------------------------------
@@ -209,6 +243,17 @@ class BatchSweep:
         rates = self.throughputs_per_s
         target = fraction * max(rates)
         return min(b for b, r in zip(self.batch_sizes, rates, strict=True) if r >= target)
+
+    def latency_table_ms(self, max_batch_size) -> list[float]:
+        """Latency (ms) of every batch size 1..max_batch_size, interpolated linearly between the measured
+        sizes (which must include 1 and reach max_batch_size)."""
+        max_batch_size = arguments.count("max_batch_size", max_batch_size, "batch")
+        if 1 not in self.batch_sizes or max_batch_size > max(self.batch_sizes, default=0):
+            raise ValueError(f"max_batch_size must lie within the measured batch sizes "
+                             f"{sorted(self.batch_sizes)} (which must include 1); got {max_batch_size}")
+        order = np.argsort(self.batch_sizes)
+        return np.interp(np.arange(1, max_batch_size + 1), np.asarray(self.batch_sizes)[order],
+                         np.asarray(self.latencies_ms)[order]).tolist()
 
     def largest_within(self, budget_ms) -> tuple[int | None, float]:
         """Largest batch whose median latency (ms) is <= budget_ms, and its items/s; (None, 0.0) if none."""

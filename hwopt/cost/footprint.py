@@ -1,7 +1,8 @@
 """Memory: a transformer's weights + activations + KV cache vs batch, sequence length, precision (lesson 7).
 
-Shapes of published models come from hwopt/data/model_shapes.csv (each row cites the model's config file);
-parameter counts are computed from the shapes. All sizes in bytes, reported in GB (1e9 bytes).
+Shapes of published models come from the model table (cost.shapes: hwopt/data/model_shapes.csv, each row
+citing the model's config file); parameter counts are computed from the shapes. All sizes in bytes, reported
+in GB (1e9 bytes).
   weights      = n_params * bytes_per_weight
   KV cache     = 2 (K and V) * n_layers * batch * seq_len * n_kv_heads * head_dim * bytes_per_element
                  (MLA: its latent per token instead of K and V; a sliding-window layer keeps its window)
@@ -13,199 +14,25 @@ are dequantized to compute, their activations and cache staying 16-bit unless ch
 
 from __future__ import annotations
 
-import csv
-import difflib
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from hwopt import arguments, formats, plots, widgets
-from hwopt.data import DATA_DIR
+from hwopt.cost.shapes import SHAPES_CSV as SHAPES_CSV  # the model table, also read from here by the lessons
+from hwopt.cost.shapes import ModelShape as ModelShape
+from hwopt.cost.shapes import get_shape as get_shape
+from hwopt.cost.shapes import load_shapes as load_shapes
 
-SHAPES_CSV = DATA_DIR / "model_shapes.csv"
 GB = 1e9
 WEIGHT_CHOICES = ("fp32", "fp16", "fp8_e4m3", "int8", "int4_g128")  # the explorer's weight formats
 KV_PRECISIONS = ("fp32", "fp16", "bf16", "fp8_e4m3", "int8", "int4")  # the explorer's KV-cache formats
 
 
-@dataclass(frozen=True)
-class ModelShape:
-    """A decoder-only transformer's shape (as in its config.json) and where it was read.
-
-    Beyond the dense GQA transformer, a shape can carry: head_dim when it is not d_model / n_heads; a
-    mixture of experts (n_experts routed experts of hidden size d_ff_expert, experts_per_token chosen per
-    token, n_shared_experts always used, the first n_dense_layers layers with a dense MLP of d_ff instead);
-    multi-head latent attention (MLA: one latent of kv_lora_rank values plus a rope key of rope_head_dim
-    values per token and layer instead of K and V heads; queries through a q_lora_rank bottleneck); and a
-    sliding window of sliding_window tokens in n_sliding_layers of the layers. total_params_b and
-    active_params_b are the counts the model's publisher states (billions; params_source_url), to check the
-    counts computed from the shape.
-    """
-
-    name: str
-    n_layers: int
-    d_model: int
-    n_heads: int
-    n_kv_heads: int
-    d_ff: int
-    vocab_size: int
-    gated_mlp: bool = True
-    tied_embeddings: bool = False
-    max_seq_len: int = 4096
-    source_url: str = ""
-    head_dim: int = 0  # 0: d_model // n_heads
-    n_experts: int = 0  # 0: a dense model
-    experts_per_token: int = 0
-    n_shared_experts: int = 0
-    d_ff_expert: int = 0
-    n_dense_layers: int = 0
-    kv_lora_rank: int = 0  # 0: K and V heads (MHA, GQA); > 0: multi-head latent attention
-    q_lora_rank: int = 0
-    rope_head_dim: int = 0
-    sliding_window: int = 0  # tokens; 0: every layer attends to the whole context
-    n_sliding_layers: int = 0
-    total_params_b: float | None = None
-    active_params_b: float | None = None
-    params_source_url: str = ""
-
-    def __post_init__(self):
-        arguments.text("name", self.name)
-        arguments.count("n_layers", self.n_layers, "layers")
-        for field in ("d_model", "n_heads", "n_kv_heads", "d_ff", "vocab_size"):
-            arguments.count(field, getattr(self, field), "dimension")
-        arguments.count("max_seq_len", self.max_seq_len, "tokens")
-        arguments.boolean("gated_mlp", self.gated_mlp)
-        arguments.boolean("tied_embeddings", self.tied_embeddings)
-        for field in ("source_url", "params_source_url"):
-            arguments.text(field, getattr(self, field), allow_empty=True)
-        for field in ("head_dim", "n_experts", "experts_per_token", "n_shared_experts", "d_ff_expert",
-                      "kv_lora_rank", "q_lora_rank", "rope_head_dim"):
-            arguments.count(field, getattr(self, field), "dimension", minimum=0)
-        arguments.count("sliding_window", self.sliding_window, "tokens", minimum=0)
-        for field in ("n_dense_layers", "n_sliding_layers"):
-            arguments.between(field, getattr(self, field), 0, self.n_layers, integer=True)
-        for field in ("total_params_b", "active_params_b"):
-            if getattr(self, field) is not None:
-                arguments.positive(field, getattr(self, field))
-        if self.n_heads % self.n_kv_heads or (not self.head_dim and self.d_model % self.n_heads):
-            raise ValueError("d_model must be divisible by n_heads (unless head_dim is given), and n_heads "
-                             "by n_kv_heads")
-        if not self.head_dim:
-            object.__setattr__(self, "head_dim", self.d_model // self.n_heads)
-        experts = (self.experts_per_token, self.n_shared_experts, self.d_ff_expert, self.n_dense_layers)
-        if self.n_experts and not (1 <= self.experts_per_token <= self.n_experts and self.d_ff_expert
-                                   and self.n_dense_layers < self.n_layers):
-            raise ValueError("experts_per_token must be from 1 to n_experts, d_ff_expert at least 1 and "
-                             "n_dense_layers below n_layers in a mixture of experts")
-        if not self.n_experts and any(experts):
-            raise ValueError("experts_per_token, n_shared_experts, d_ff_expert and n_dense_layers need "
-                             "n_experts")
-        if bool(self.sliding_window) != bool(self.n_sliding_layers):
-            raise ValueError("sliding_window and n_sliding_layers must be given together")
-
-    @property
-    def attention(self) -> str:
-        """'MLA' (latent K/V), 'MHA' (a K and V head per query head), 'GQA' (query heads share K/V heads)."""
-        if self.kv_lora_rank:
-            return "MLA"
-        return "MHA" if self.n_kv_heads == self.n_heads else "GQA"
-
-    @property
-    def is_moe(self) -> bool:
-        """True for a mixture of experts."""
-        return self.n_experts > 0
-
-    @property
-    def attention_params(self) -> int:
-        """Parameters of one layer's attention: q, k, v and o (MLA: its down- and up-projections)."""
-        q_width = self.n_heads * self.head_dim
-        if not self.kv_lora_rank:
-            return 2 * self.d_model * q_width + 2 * self.d_model * self.n_kv_heads * self.head_dim
-        q_out = self.n_heads * (self.head_dim + self.rope_head_dim)
-        q = (self.d_model + q_out) * self.q_lora_rank if self.q_lora_rank else self.d_model * q_out
-        kv = self.d_model * (self.kv_lora_rank + self.rope_head_dim) + self.kv_lora_rank * 2 * q_width
-        return q + kv + q_width * self.d_model
-
-    def mlp_params(self, d_ff: int) -> int:
-        """Parameters of one MLP (dense, or one expert) of hidden size d_ff: 3 matrices if gated, else 2."""
-        return (3 if self.gated_mlp else 2) * self.d_model * arguments.count("d_ff", d_ff, "dimension")
-
-    @property
-    def embedding_params(self) -> int:
-        """The input embedding table and the output head (one table when tied)."""
-        return self.vocab_size * self.d_model * (1 if self.tied_embeddings else 2)
-
-    def _params(self, experts: int) -> int:
-        moe_layers = self.n_layers - self.n_dense_layers if self.n_experts else 0
-        mlp = (self.n_layers - moe_layers) * self.mlp_params(self.d_ff)
-        if moe_layers:
-            mlp += moe_layers * ((experts + self.n_shared_experts) * self.mlp_params(self.d_ff_expert)
-                                 + self.d_model * self.n_experts)  # the router
-        return self.n_layers * self.attention_params + mlp + self.embedding_params
-
-    @property
-    def n_params(self) -> int:
-        """Parameters: attention, MLPs (every expert), routers, embeddings (norms and biases not counted)."""
-        return self._params(self.n_experts)
-
-    @property
-    def active_params(self) -> int:
-        """Parameters one token uses: as n_params, with experts_per_token routed experts per MoE layer."""
-        return self._params(self.experts_per_token)
-
-    @property
-    def kv_values_per_token_layer(self) -> int:
-        """Values one token adds to one layer's cache: K and V heads, or MLA's latent and rope key."""
-        if self.kv_lora_rank:
-            return self.kv_lora_rank + self.rope_head_dim
-        return 2 * self.n_kv_heads * self.head_dim
-
-
-COUNT_COLUMNS = ("head_dim", "n_experts", "experts_per_token", "n_shared_experts", "d_ff_expert",
-                 "n_dense_layers", "kv_lora_rank", "q_lora_rank", "rope_head_dim", "sliding_window",
-                 "n_sliding_layers")  # optional: an empty cell is 0
-
-
-def _row(row: dict, path) -> ModelShape:
-    """A ModelShape from a CSV row (empty optional cells: 0 or None); ValueError naming the bad cell."""
-    def number(column, kind):
-        text = (row.get(column) or "").strip()
-        try:
-            return kind(text) if text else None
-        except ValueError:
-            raise ValueError(f"{path}: column {column} of {row.get('name')!r} must be a number; "
-                             f"got {text!r}") from None
-
-    ints = ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab_size", "max_seq_len")
-    return ModelShape(
-        name=row["name"], **{k: number(k, int) for k in ints},
-        gated_mlp=row["gated_mlp"] == "1", tied_embeddings=row["tied_embeddings"] == "1",
-        source_url=row["source_url"], **{k: number(k, int) or 0 for k in COUNT_COLUMNS},
-        total_params_b=number("total_params_b", float), active_params_b=number("active_params_b", float),
-        params_source_url=row.get("params_source_url") or "")
-
-
-def load_shapes(path: str | Path | None = None) -> list[ModelShape]:
-    """All model shapes in SHAPES_CSV (or the CSV at path)."""
-    path = Path(arguments.instance("path", path, (str, Path))) if path is not None else SHAPES_CSV
-    if not path.is_file():
-        raise ValueError(f"path must be an existing CSV of model shapes, got {str(path)!r}")
-    with path.open(newline="") as f:
-        return [_row(row, path) for row in csv.DictReader(f)]
-
-
-def get_shape(name: str, path: str | Path | None = None) -> ModelShape:
-    """The shape named name (case-insensitive); a typo lists close names."""
-    arguments.text("name", name)
-    shapes = {s.name.lower(): s for s in load_shapes(path)}
-    key = str(name).lower()
-    if key not in shapes:
-        close = difflib.get_close_matches(key, list(shapes), n=3, cutoff=0.3)
-        hint = f"; did you mean {', '.join(shapes[c].name for c in close)}?" if close else ""
-        raise ValueError(
-            f"name {name!r} is not in the model table{hint} (known: "
-            f"{', '.join(s.name for s in shapes.values())})"
-        )
-    return shapes[key]
+def kv_values_per_token_layer(shape: ModelShape) -> int:
+    """Values one token adds to one layer's cache: K and V heads, or MLA's latent and rope key."""
+    arguments.instance("shape", shape, ModelShape)
+    if shape.kv_lora_rank:
+        return shape.kv_lora_rank + shape.rope_head_dim
+    return 2 * shape.n_kv_heads * shape.head_dim
 
 
 def _sizes(shape, batch_size, seq_len) -> None:
@@ -245,7 +72,7 @@ def kv_cache_bytes(shape: ModelShape, batch_size: int, seq_len: int, precision: 
     _sizes(shape, batch_size, seq_len)
     kept = ((shape.n_layers - shape.n_sliding_layers) * seq_len
             + shape.n_sliding_layers * min(seq_len, shape.sliding_window))
-    return shape.kv_values_per_token_layer * kept * batch_size * _bytes_per_value(precision, "precision")
+    return kv_values_per_token_layer(shape) * kept * batch_size * _bytes_per_value(precision, "precision")
 
 
 def activation_bytes(
@@ -255,15 +82,21 @@ def activation_bytes(
     precision: str = "fp16",
     *,
     naive_attention: bool = True,
+    token_budget: int | None = None,
 ) -> float:
     """Peak activations of one layer over the whole prompt (prefill), bytes.
 
     Per token: residual + normed input (2 * d_model) + the larger of q/k/v (q width + 2 * kv width) and the
     MLP hidden (d_ff, or the active experts' d_ff_expert; twice if gated); plus, with naive attention, the
-    scores batch * n_heads * seq_len^2 (fused 'flash' attention never stores them).
+    scores n_heads * seq_len per query token (fused 'flash' attention never stores them).
+    Tokens processed at once: every prompt token (batch_size * seq_len), or at most token_budget of them: a
+    serving engine caps the tokens of one step (vLLM's max_num_batched_tokens) and prefills the rest later.
     """
     _sizes(shape, batch_size, seq_len)
     naive_attention = arguments.boolean("naive_attention", naive_attention)
+    tokens = batch_size * seq_len
+    if token_budget is not None:
+        tokens = min(tokens, arguments.count("token_budget", token_budget, "tokens"))
     b = _bytes_per_value(precision, "precision")
     kv_width = shape.n_kv_heads * shape.head_dim
     hidden = shape.d_ff if not shape.is_moe or shape.n_dense_layers else 0
@@ -271,8 +104,8 @@ def activation_bytes(
     per_token = 2 * shape.d_model + max(
         shape.n_heads * shape.head_dim + 2 * kv_width, hidden * (2 if shape.gated_mlp else 1)
     )
-    scores = batch_size * shape.n_heads * seq_len * seq_len if naive_attention else 0
-    return (batch_size * seq_len * per_token + scores) * b
+    scores = tokens * shape.n_heads * seq_len if naive_attention else 0
+    return (tokens * per_token + scores) * b
 
 
 @dataclass(frozen=True)
@@ -305,16 +138,19 @@ def memory_breakdown(
     *,
     kv_precision: str | None = None,
     naive_attention: bool = True,
+    token_budget: int | None = None,
 ) -> MemoryBreakdown:
     """Weights (in `precision`), peak activations and KV cache (in `kv_precision`; None: the activations'
-    format, see activation_precision) in GB, for batch_size sequences of seq_len tokens."""
+    format, see activation_precision) in GB, for batch_size sequences of seq_len tokens; token_budget as in
+    activation_bytes (None: every prompt token at once)."""
     _sizes(shape, batch_size, seq_len)
     act_precision = activation_precision(precision)
     kv_precision = kv_precision_for(precision, kv_precision)
     return MemoryBreakdown(
         weights_gb=weights_bytes(shape, precision) / GB,
         activations_gb=activation_bytes(
-            shape, batch_size, seq_len, act_precision, naive_attention=naive_attention
+            shape, batch_size, seq_len, act_precision, naive_attention=naive_attention,
+            token_budget=token_budget,
         )
         / GB,
         kv_cache_gb=kv_cache_bytes(shape, batch_size, seq_len, kv_precision) / GB,
@@ -340,9 +176,13 @@ def max_batch_size(
     reserve_fraction: float = 0.1,
     naive_attention: bool = True,
     limit: int = 1 << 16,
+    token_budget: int | None = None,
 ) -> int:
-    """Largest batch that fits in memory_gb (0 when even batch 1 does not fit), searched up to limit."""
+    """Largest batch that fits in memory_gb (0 when even batch 1 does not fit), searched up to limit;
+    token_budget as in activation_bytes."""
     _sizes(shape, 1, seq_len)
+    if token_budget is not None:
+        arguments.count("token_budget", token_budget, "tokens")
     arguments.positive("memory_gb", memory_gb)
     _bytes_per_value(precision, "precision")
     arguments.fraction("reserve_fraction", reserve_fraction, allow_zero=True, allow_one=False)
@@ -352,7 +192,7 @@ def max_batch_size(
     def ok(b: int) -> bool:
         return fits(
             memory_breakdown(shape, b, seq_len, precision, kv_precision=kv_precision,
-                             naive_attention=naive_attention),
+                             naive_attention=naive_attention, token_budget=token_budget),
             memory_gb,
             reserve_fraction,
         )

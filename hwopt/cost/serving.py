@@ -69,12 +69,24 @@ def arrivals_ms(arrival_rate_per_s: float, n_requests: int, seed: int = 0) -> np
 
 def simulate_dynamic_batching(arrival_rate_per_s: float, max_batch_size: int, max_wait_ms: float,
                               overhead_ms: float, per_item_ms: float, *, n_requests: int = 2000,
-                              seed: int = 0) -> ServingStats:
-    """Simulate one server with dynamic batching; batch cost overhead_ms + b * per_item_ms (ms)."""
+                              seed: int = 0, batch_ms=None) -> ServingStats:
+    """Simulate one server with dynamic batching; batch cost overhead_ms + b * per_item_ms (ms).
+
+    batch_ms: measured latency (ms) of each batch size 1..max_batch_size (at least that many values), used
+    instead of the overhead + per-item line where that line does not describe the measurements.
+    """
     max_batch_size = arguments.count("max_batch_size", max_batch_size, "batch")
     max_wait_ms = arguments.positive("max_wait_ms", max_wait_ms, allow_zero=True)
     overhead_ms = arguments.positive("overhead_ms", overhead_ms, allow_zero=True)
     per_item_ms = arguments.positive("per_item_ms", per_item_ms)
+    if batch_ms is None:
+        cost_ms = overhead_ms + per_item_ms * np.arange(max_batch_size + 1)
+    else:
+        cost_ms = arguments.finite_array("batch_ms", batch_ms, ndim=1, minimum=0, strict=True)
+        if len(cost_ms) < max_batch_size:
+            raise ValueError(f"batch_ms must give the latency of every batch size 1..{max_batch_size}; "
+                             f"got {len(cost_ms)} values")
+        cost_ms = np.concatenate([[0.0], cost_ms])
     arrive = arrivals_ms(arrival_rate_per_s, n_requests, seed)
     n = len(arrive)
     latencies = np.empty(n)
@@ -85,7 +97,7 @@ def simulate_dynamic_batching(arrival_rate_per_s: float, max_batch_size: int, ma
         full_at = arrive[i + max_batch_size - 1] if i + max_batch_size - 1 < n else math.inf
         start = max(free_at, arrive[i], min(full_at, arrive[i] + max_wait_ms))
         j = min(i + max_batch_size, int(np.searchsorted(arrive, start, side="right")))
-        duration = overhead_ms + (j - i) * per_item_ms
+        duration = float(cost_ms[j - i])
         free_at = start + duration
         busy += duration
         latencies[i:j] = free_at - arrive[i:j]
@@ -97,7 +109,7 @@ def simulate_dynamic_batching(arrival_rate_per_s: float, max_batch_size: int, ma
         batch_sizes=np.asarray(sizes),
         requests_per_s=n / (span / 1000.0),
         utilization=busy / span,
-        capacity_per_s=max_batch_size / ((overhead_ms + max_batch_size * per_item_ms) / 1000.0),
+        capacity_per_s=max_batch_size / (cost_ms[max_batch_size] / 1000.0),
         arrival_rate_per_s=float(arrival_rate_per_s),
     )
 
@@ -115,11 +127,13 @@ def plot_latency_histogram(stats: ServingStats, ax=None, *, label: str | None = 
 
 
 def serving_report(arrival_rate_per_s: float, max_batch_size: int, max_wait_ms: float, overhead_ms: float,
-                   per_item_ms: float, seed: int = 0) -> str:
-    """Two lines: dynamic batching vs one-request-at-a-time at the same arrival rate (the slider callback)."""
+                   per_item_ms: float, seed: int = 0, *, batch_ms=None) -> str:
+    """Two lines: dynamic batching vs one-request-at-a-time at the same arrival rate (the slider callback);
+    batch_ms as in simulate_dynamic_batching."""
     batched = simulate_dynamic_batching(arrival_rate_per_s, max_batch_size, max_wait_ms, overhead_ms,
-                                        per_item_ms, seed=seed)
-    single = simulate_dynamic_batching(arrival_rate_per_s, 1, 0.0, overhead_ms, per_item_ms, seed=seed)
+                                        per_item_ms, seed=seed, batch_ms=batch_ms)
+    single = simulate_dynamic_batching(arrival_rate_per_s, 1, 0.0, overhead_ms, per_item_ms, seed=seed,
+                                       batch_ms=batch_ms)
     return (f"dynamic batching (max {max_batch_size}, wait {max_wait_ms:.3g} ms): {batched}\n"
             f"one request at a time:                {single}")
 

@@ -5,9 +5,11 @@ notebooks/NN_*.ipynb) in a fresh kernel whose `bench.resolve_device("auto")` ans
 saves under DIR (default data/recordings/<chip>/, the machine card's slug): the executed notebook (each
 slider's output area shown as the static output of its default setting), headline.json (the figures the
 lesson reported with `recordings.headline`), machine_card.json and run.json (status and seconds per
-notebook). A failing cell is reported with its index and traceback, and the command exits 1: run on a GPU
-machine with --device cuda, it is the check that every lesson's CUDA path works. The site build and the
-performance report execute notebooks through `run_notebook` too.
+notebook, with the SHA-256 of each cell it ran). A failing cell is reported with its index and traceback, and
+the command exits 1: run on a GPU machine with --device cuda, it is the check that every lesson's CUDA path
+works. The site build and the performance report execute notebooks through `run_notebook` too.
+`python -m hwopt.course.record --check` lists the committed recordings whose lessons changed since they were
+recorded (recordings.stale), with the command that regenerates each, and exits 1 when there is one.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
-import hashlib
 import json
 import os
 import re
@@ -51,7 +52,7 @@ class NotebookRun:
     cell: int | None = None  # index of the failing cell in the notebook
     error: str = ""  # its traceback (plain text)
     figures: dict = field(default_factory=dict)
-    source_sha256: str = ""
+    cell_sha256: list = field(default_factory=list)  # of each cell, as recordings.cell_sha256
 
     @property
     def ok(self) -> bool:
@@ -70,13 +71,7 @@ class NotebookRun:
     def to_dict(self) -> dict:
         """run.json's row: plain values."""
         return {"path": self.path, "status": self.status, "seconds": round(self.seconds, 2),
-                "cell": self.cell, "error": self.error[-4000:], "source_sha256": self.source_sha256}
-
-
-def source_sha256(nb) -> str:
-    """Fingerprint of a notebook's cells (types and sources; outputs and metadata ignored)."""
-    cells = [[c.cell_type, c.source] for c in nb.cells]
-    return hashlib.sha256(json.dumps(cells).encode()).hexdigest()
+                "cell": self.cell, "error": self.error[-4000:], "cell_sha256": list(self.cell_sha256)}
 
 
 def _relative(path: Path) -> str:
@@ -147,7 +142,7 @@ def run_notebook(path: Path | str, *, device: str | None = None, cell_timeout_s:
     if device is not None:
         device = bench.resolve_device(device)
     nb = nbformat.read(path, as_version=4)
-    fingerprint = source_sha256(nb)
+    fingerprint = recordings.cell_sha256(nb)
     env = dict(os.environ)
     env.pop("MPLBACKEND", None)  # an inherited text-only backend would turn the plots into text
     if device is not None:
@@ -169,7 +164,7 @@ def run_notebook(path: Path | str, *, device: str | None = None, cell_timeout_s:
             status = "error"
         seconds = time.perf_counter() - start
         figures = recordings.read_headlines(figures_file) if figures_file.exists() else {}
-    run = NotebookRun(_relative(path), status, seconds, nb, figures=figures, source_sha256=fingerprint)
+    run = NotebookRun(_relative(path), status, seconds, nb, figures=figures, cell_sha256=fingerprint)
     if status != "ok":
         run.cell, run.error = _failing_cell(nb, status == "timeout")
         if status == "timeout":
@@ -313,6 +308,20 @@ def lesson_notebooks(root: Path = ROOT) -> list[Path]:
     return [root / p for p in colab.lesson_paths(root) if re.match(r"\d+_", p.name)]
 
 
+def check(folder: Path | str = recordings.RECORDINGS_DIR, lessons_dir: Path | str = recordings.LESSONS_DIR
+          ) -> list[str]:
+    """One line per chip recorded under folder whose lessons (in lessons_dir) changed since it was recorded:
+    which, why, and the command that regenerates them."""
+    lines = []
+    for chip in recordings.available(folder):
+        run = recordings.load(chip, folder)
+        if outdated := recordings.stale(run.folder, lessons_dir):
+            whys = "; ".join(f"{lesson} ({why})" for lesson, why in outdated.items())
+            lines.append(f"data/recordings/{chip} is stale: {whys}. Regenerate: "
+                         f"{recordings.regenerate_command(run, outdated)}")
+    return lines
+
+
 def main(argv=None) -> int:
     """The command line; exit 0 when every notebook ran, 1 when one failed (each reported), 2 on bad input."""
     parser = argparse.ArgumentParser(prog="python -m hwopt.course.record", description=__doc__.split("\n")[0])
@@ -321,7 +330,13 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="folder (default: data/recordings/<chip>/)")
     parser.add_argument("--cell-timeout", type=int, default=300, help="seconds per cell (default 300)")
     parser.add_argument("--no-probe", action="store_true", help="a machine card without measured ceilings")
+    parser.add_argument("--check", action="store_true",
+                        help="run nothing: list the recordings whose lessons changed since (exit 1 if any)")
     args = parser.parse_args(argv)
+    if args.check:
+        problems = check(args.out or recordings.RECORDINGS_DIR)
+        print("\n".join(problems) or "every recording matches its lessons")
+        return 1 if problems else 0
     try:
         paths = [Path(p) for p in args.notebooks] or lesson_notebooks()
         folder, runs = record(paths, args.out, device=args.device, cell_timeout_s=args.cell_timeout,

@@ -69,7 +69,7 @@ def _current(folder: Path, page: Page, root: Path, *, need_ok: bool) -> bool:
     row = _rows(folder).get(page.source.as_posix())
     if row is None or not (folder / page.source.name).exists() or (need_ok and row["status"] != "ok"):
         return False
-    return row["source_sha256"] == record.source_sha256(nbformat.read(root / page.source, as_version=4))
+    return row.get("cell_sha256") == recordings.cell_sha256(root / page.source)
 
 
 def execute(pages: list[Page], executed: Path, *, device: str = "auto", only=None, root: Path = ROOT,

@@ -59,6 +59,17 @@ def chain_into(
     return torch.mul(F.gelu(x + bias) + residual, scale, out=out)
 
 
+def chain_eager_into(
+    x: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor, scale: float, out: torch.Tensor
+) -> torch.Tensor:
+    """The chain run eagerly, one kernel per op (the same 9 passes as chain), every result written into a
+    preallocated out (rows, cols): eager without fresh memory per call, to set beside chain_into compiled."""
+    torch.add(x, bias, out=out)
+    torch.ops.aten.gelu_(out)  # the exact GELU, in place
+    out.add_(residual)
+    return out.mul_(scale)
+
+
 def cache_bytes(device: str = "cpu") -> int | None:
     """The device's last-level cache in bytes: the CPU's (probe.last_level_cache_bytes), a CUDA GPU's L2;
     None when unknown."""
@@ -390,19 +401,25 @@ def format_report(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _rows_named(rows: list[dict], **labels: str) -> dict[str, dict]:
+    """report_rows by variant, checked to hold each label (keyword: the argument that named it)."""
+    arguments.instance("rows", rows, (list, tuple))
+    for i, row in enumerate(rows):
+        arguments.instance(f"rows[{i}]", row, dict)
+    by = {r["variant"]: r for r in rows}
+    for name, label in labels.items():
+        arguments.text(name, label)
+        if label not in by:
+            raise ValueError(f"{name} must name one of the variants {list(by)}, got {label!r}")
+    return by
+
+
 def fresh_output_sentence(
     rows: list[dict], allocating: str = "torch.compile", given: str = "torch.compile, out given"
 ) -> str:
     """What a fresh output tensor cost per call, from report_rows of one kernel timed allocating its output
     and writing into one given; and how close the kernel with its output given came to its roof."""
-    arguments.instance("rows", rows, (list, tuple))
-    for i, row in enumerate(rows):
-        arguments.instance(f"rows[{i}]", row, dict)
-    by = {r["variant"]: r for r in rows}
-    for name, label in (("allocating", allocating), ("given", given)):
-        arguments.text(name, label)
-        if label not in by:
-            raise ValueError(f"{name} must name one of the variants {list(by)}, got {label!r}")
+    by = _rows_named(rows, allocating=allocating, given=given)
     fresh_ms = by[allocating]["measured_ms"] - by[given]["measured_ms"]
     share = fresh_ms / by[allocating]["measured_ms"]
     kernel = by[given]
@@ -416,3 +433,25 @@ def fresh_output_sentence(
             f"time): page faults on memory the allocator had just asked the operating system for; {roof}"
         )
     return f"a fresh output cost little here ({fresh_ms:+.2f} ms per call): memory was reused; {roof}"
+
+
+def fusion_verdict(rows: list[dict], unfused: str = "eager, out given",
+                   fused: str = "torch.compile, out given") -> str:
+    """Fusion's gain, from report_rows of an unfused and a fused variant that both write into an output
+    allocated once (so that page faults are in neither): each one's predicted and measured time, their
+    ratios, and what the roofs leave out when they miss."""
+    by = _rows_named(rows, unfused=unfused, fused=fused)
+    u, f = by[unfused], by[fused]
+    each = "; ".join(f"{r['variant']} ({r['passes']} passes) predicted {r['predicted_ms']:.2f} ms "
+                     f"({r['bound']} roof), measured {r['measured_ms']:.2f} ms: "
+                     f"{r['predicted_over_measured']:.0%} of its predicted speed" for r in (u, f))
+    predicted, measured = u["predicted_ms"] / f["predicted_ms"], u["measured_ms"] / f["measured_ms"]
+    said = (f"Both writing into an output allocated once: {each}. Fusion: predicted {predicted:.1f}x, "
+            f"measured {measured:.1f}x.")
+    if all(0.7 <= r["predicted_over_measured"] <= 1.3 for r in (u, f)):
+        return f"{said} The roofs predict both times within 30%, so they account for the gain."
+    return (f"{said} Whatever the ratios, the roofs miss the absolute times they predict, so they do not "
+            "account for the gain (a matching ratio would be two errors cancelling). What they leave out: "
+            "the time each kernel spends apart from moving bytes and evaluating erf (starting its threads, "
+            "the loop's own instructions), and the caches, which can keep part of an intermediate result "
+            "between kernels.")

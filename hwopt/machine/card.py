@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from dataclasses import dataclass, field
 
 from hwopt import arguments, formats, roofline
@@ -68,6 +69,7 @@ class MachineCard:
     flops_by_precision: dict[str, float] = field(default_factory=dict)
     closest: list[tuple[specs.Chip, float]] = field(default_factory=list)
     closest_basis: str = ""
+    measured_how: str = ""  # when and how the ceilings were measured (probe.Ceilings.provenance)
 
     @property
     def measured(self) -> bool:
@@ -149,6 +151,9 @@ class MachineCard:
                 unit = "OP/s" if precision.startswith("int") else "FLOP/s"
                 lines.append(f"  matmul {precision:<10} {format_flops(flops, unit):>14}   {ridge}{frac}")
             lines.append("  Kernels below the ridge point are memory-bound here; above it, compute-bound.")
+            if self.measured_how:
+                lines.append(textwrap.fill(f"How: {self.measured_how}.", 110, initial_indent="  ",
+                                           subsequent_indent="    "))
         else:
             lines.append("Not measured: run with probe=True (CLI: --probe) for bandwidth and matmul FLOP/s.")
         if self.closest:
@@ -167,12 +172,13 @@ class MachineCard:
 
 
 def _default_probe(device: str, precisions, quick: bool):
-    return probe_module.probe(device=device, precisions=precisions, quick=quick)
+    return probe_module.ceilings(device, precisions, quick=quick)
 
 
 def machine_card(probe: bool = False, device: str = "auto", precisions=None, quick: bool = True,
                  n_closest: int = 3, probe_fn=None, machine=None) -> MachineCard:
-    """Build the card; probe=True measures bandwidth and matmul FLOP/s on device (quick: seconds each).
+    """Build the card; probe=True gives bandwidth and matmul FLOP/s on device (probe.ceilings: measured, or
+    reused from this machine's recent record; quick: seconds each).
 
     precisions: the formats to probe matmuls in (None: the probe's defaults for the device);
     probe_fn(device, precisions, quick) replaces probe.probe (tests); machine replaces hardware.machine().
@@ -205,6 +211,7 @@ def machine_card(probe: bool = False, device: str = "auto", precisions=None, qui
         result = (probe_fn or _default_probe)(dev, precisions, quick)
         card.bandwidth_gbs = float(result.bandwidth_gbs)
         card.flops_by_precision = {str(k): float(v) for k, v in result.flops_by_precision.items()}
+        card.measured_how = result.provenance() if isinstance(result, probe_module.Ceilings) else ""
     fp32 = card.flops_by_precision.get("fp32")
     if n_closest == 0:
         pass

@@ -5,15 +5,22 @@ no write-allocate), on arrays far larger than the last-level cache. Matmul FLOP/
 product and keep the best of the available libraries (torch, and numpy's BLAS on CPU) over a size sweep that
 stops at a time budget, so slow precisions (fp16 on most CPUs) still finish in seconds. Precisions are
 hwopt.formats names ('fp32', 'bf16', ...); torch dtypes appear only where torch is called.
+
+`ceilings(device)` is the one probe the lessons use: measured once, recorded under toolchain.cache_dir(), and
+reused by every cell and every lesson on this machine for CEILINGS_MAX_AGE_S, so that they all reason from the
+same numbers (separate probes of one machine differ by tens of percent on a busy one); the record says when
+and how it was measured.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import platform
 import time
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -21,7 +28,7 @@ from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 from tqdm.auto import tqdm
 
 from hwopt import arguments, formats, roofline
-from hwopt.machine import bench
+from hwopt.machine import bench, toolchain
 
 CPU_CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"  # Linux sysfs: one index*/ folder per cache of cpu0
 DEFAULT_PRECISIONS = {
@@ -36,6 +43,8 @@ REPEATS = {True: 5, False: 7}  # timed repeats per size: quick, full
 KEEP_LIBRARY = 0.8  # from n=512 on, a library slower than this fraction of the best is not tried larger
 MATMUL_MIN_N = 128  # first size of the sweep
 WARMUP = 2  # warm-up calls per library and size; the fastest also sets the calls per repeat
+CEILINGS_MAX_AGE_S = 3600.0  # a recorded probe is reused this long, then measured again
+CEILINGS_FILE = "ceilings.json"  # under toolchain.cache_dir(): this machine's recorded probes
 MATMUL_MAX_N = {
     "cpu": {True: 2048, False: 4096},
     "cuda": {True: 8192, False: 16384},
@@ -238,13 +247,21 @@ def _flops_by_library(
 
 @dataclass(frozen=True)
 class Ceilings:
-    """Measured ceilings of one device: bandwidth (GB/s) and peak FLOP/s per precision (formats names)."""
+    """Measured ceilings of one device: bandwidth (GB/s) and peak FLOP/s per precision (formats names).
+
+    array_mb: the size of each of the bandwidth probe's three arrays; measured_at: when the bandwidth was
+    measured (seconds since the epoch, 0 unknown); reused: read back from this machine's record (a matmul
+    precision the record lacked measured now and added to it).
+    """
 
     device: str
     bandwidth_gbs: float
     flops_by_precision: dict[str, float] = field(default_factory=dict)
     threads: int = 1
     quick: bool = True
+    array_mb: float = 0.0
+    measured_at: float = 0.0
+    reused: bool = False
 
     def peak_flops(self, precision="fp32") -> float:
         """Measured peak FLOP/s for precision."""
@@ -273,7 +290,28 @@ class Ceilings:
             "device": self.device, "threads": self.threads, "quick": self.quick,
             "bandwidth_gbs": self.bandwidth_gbs, "flops_by_precision": dict(self.flops_by_precision),
             "ridge_point_by_precision": {d: self.ridge_point(d) for d in self.flops_by_precision},
+            "array_mb": self.array_mb, "measured_at": self.measured_at,
         }  # fmt: skip
+
+    def method(self) -> str:
+        """How these ceilings were measured, in words (the reason another figure of this machine differs)."""
+        arrays = f"three {self.array_mb:,.0f} MB arrays" if self.array_mb else "three arrays"
+        sizes = f"n = {MATMUL_MIN_N} up to {MATMUL_MAX_N[self.device.split(':')[0]][self.quick]}"
+        libraries = "torch and numpy" if self.device == "cpu" else "torch"
+        return (f"bandwidth: STREAM Triad a = b + 3c on {arrays}, far larger than the cache, counted as "
+                f"STREAM counts (3 arrays moved; a kernel that only reads can pass it, as writing an array "
+                f"first reads it into the cache); matmul: the best of {libraries} over {sizes}; "
+                f"{self.threads} thread{'s' if self.threads > 1 else ''}")
+
+    def provenance(self, now: float | None = None) -> str:
+        """When these ceilings were measured and by which method, and how to measure them again."""
+        now = time.time() if now is None else arguments.positive("now", now)
+        when = "measured just now"
+        if self.reused and self.measured_at:
+            age_min = max(0.0, now - self.measured_at) / 60
+            when = (f"the bandwidth measured {age_min:.0f} min ago on this machine by an earlier cell or "
+                    "lesson, and reused so that every lesson reasons from the same numbers")
+        return (f"{when} ({self.method()}); `probe.ceilings(device, fresh=True)` measures again")
 
     def __str__(self) -> str:
         lines = [f"{self.device} ({self.threads} threads): memory bandwidth {self.bandwidth_gbs:.1f} GB/s"]
@@ -307,7 +345,8 @@ def probe(
         arguments.count("threads", threads, "threads")
         with bench.threads(threads):
             return probe(device, names if explicit else None, quick, progress=progress)
-    bandwidth = memory_bandwidth_gbs(device, repeats=8 if quick else 20)
+    array_mb = default_array_mb(device)
+    bandwidth = memory_bandwidth_gbs(device, size_mb=array_mb, repeats=8 if quick else 20)
     flops: dict[str, float] = {}
     steps = names
     if progress:
@@ -318,4 +357,71 @@ def probe(
         except (UnsupportedPrecision, RuntimeError, ImportError, AttributeError):
             if explicit:
                 raise
-    return Ceilings(device, bandwidth, flops, torch.get_num_threads() if kind == "cpu" else 1, bool(quick))
+    return Ceilings(device, bandwidth, flops, torch.get_num_threads() if kind == "cpu" else 1, bool(quick),
+                    array_mb, time.time())
+
+
+def _machine_key(device: str) -> str:
+    """What must match for a recorded probe to describe this run: host, CPU, device, threads, torch."""
+    gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else ""
+    return " | ".join(str(part) for part in (
+        platform.node(), platform.machine(), os.cpu_count(), last_level_cache_bytes(), device, gpu,
+        torch.get_num_threads(), torch.__version__))
+
+
+def _records(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none yet, or cut short by a crash: measure again
+        return {}
+
+
+def ceilings(device="cpu", precisions: tuple | list | None = ("fp32",), *, quick: bool = True,
+             fresh: bool = False, max_age_s: float = CEILINGS_MAX_AGE_S) -> Ceilings:
+    """This machine's ceilings for precisions, measured once and reused by every cell and lesson.
+
+    A record of this machine (same host, CPU, device, threads and torch) younger than max_age_s seconds is
+    returned as it is (reused=True), a matmul precision it lacks measured and added; otherwise probe()
+    measures (quick: seconds) and replaces the record. fresh=True, or quick=False (the full probe), always
+    measures. precisions=None: the device's defaults (DEFAULT_PRECISIONS), those without a matmul path here
+    left out instead of raising.
+    """
+    device = bench.resolve_device(device)
+    explicit = precisions is not None
+    if explicit and (isinstance(precisions, str) or not isinstance(precisions, list | tuple)
+                     or not precisions):
+        raise ValueError(f"precisions must be None or a non-empty list like ['fp32', 'int8']; "
+                         f"got {precisions!r}")
+    names = [formats.name(d, f"precisions[{i}]")
+             for i, d in enumerate(precisions if explicit else DEFAULT_PRECISIONS[device.split(":")[0]])]
+    quick = arguments.boolean("quick", quick)
+    fresh = arguments.boolean("fresh", fresh)
+    max_age_s = arguments.positive("max_age_s", max_age_s, allow_zero=True,
+                                   maximum=arguments.LIMITS["seconds"])
+    path, key = toolchain.cache_dir() / CEILINGS_FILE, _machine_key(device)
+    record = _records(path).get(key)
+    if record and not fresh and quick and time.time() - record.get("measured_at", 0) <= max_age_s:
+        flops, tried = dict(record["flops_by_precision"]), set(record.get("unsupported", []))
+        missing = [d for d in names if d not in flops and (explicit or d not in tried)]
+        for d in missing:
+            try:
+                flops[d] = matmul_flops(d, device, quick=True)
+            except (UnsupportedPrecision, RuntimeError, ImportError, AttributeError):
+                if explicit:
+                    raise
+                tried.add(d)
+        fields = {k: record[k] for k in ("bandwidth_gbs", "threads", "quick", "array_mb", "measured_at")}
+        measured = Ceilings(device, flops_by_precision=flops, reused=True, **fields)
+    else:
+        measured, missing = probe(device, names if explicit else None, quick), names
+        tried = {d for d in names if d not in measured.flops_by_precision}
+    if missing:
+        records = _records(path)
+        records[key] = {**{k: v for k, v in measured.to_dict().items() if k != "ridge_point_by_precision"},
+                        "unsupported": sorted(tried)}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(records, indent=1), encoding="utf-8")
+        partial.replace(path)  # atomic: lessons running at once never read half a file
+    asked = {d: measured.flops_by_precision[d] for d in names if d in measured.flops_by_precision}
+    return replace(measured, flops_by_precision=asked)

@@ -201,16 +201,54 @@ def test_batch1_regime_rejects_bad_sizes():
         bt.batch1_regime(1e6, "L2 cache", -1)
 
 
-@pytest.mark.parametrize("latency_ms, says", [
-    (0.2, "came from cache"),  # 12.6 MB in 0.2 ms = 63 GB/s > 25 GB/s
-    (0.6, "memory-bound here"),  # 21 GB/s
-    (1.3, "fixed cost of each call"),  # 9.7 GB/s
+@pytest.mark.parametrize("latency_ms, cache_bytes, says", [
+    (0.2, None, "came from cache"),  # 12.6 MB in 0.2 ms = 63 GB/s > 25 GB/s
+    (0.6, None, "memory-bound here"),  # 21 GB/s
+    (0.6, 8 * 2**20, "(they exceed the L3 cache, 8 MiB), so batch 1 is memory-bound here"),
+    (1.3, None, "fixed cost of each call"),  # 9.7 GB/s
 ])
-def test_batch1_verdict_reads_the_measured_rate(latency_ms, says):
-    verdict = bt.batch1_verdict(12.6e6, latency_ms, 25.0)
+def test_batch1_verdict_reads_the_measured_rate(latency_ms, cache_bytes, says):
+    verdict = bt.batch1_verdict(12.6e6, latency_ms, 25.0, "L3 cache", cache_bytes)
     assert says in verdict and f"{12.6e6 / latency_ms / 1e6:,.1f} GB/s" in verdict
     with pytest.raises(ValueError, match="bandwidth_gbs"):
         bt.batch1_verdict(12.6e6, latency_ms, 0)
+
+
+def test_batch1_verdict_does_not_call_memory_bound_weights_that_fit_in_the_cache():
+    # the recorded EPYC run: 12.6 MB in a 32 MiB cache read at 35.0 GB/s against 34.8 GB/s of DRAM
+    verdict = bt.batch1_verdict(12.6e6, 0.360, 34.8, "L3 cache", 32 * 2**20)
+    assert "memory-bound" not in verdict
+    assert "fit in the L3 cache (32 MiB), so DRAM is not what limits" in verdict
+    assert "1.01x the measured DRAM bandwidth (34.8 GB/s)" in verdict
+
+
+def recorded_sweep():
+    """The recorded EPYC sweep of lesson 3 (ms per batch): a step from batch 1 to 2, then a line."""
+    latencies = {1: 0.360, 2: 1.122, 4: 1.199, 8: 1.187, 16: 1.457, 32: 2.185, 64: 3.728, 128: 6.051,
+                 256: 11.390, 512: 18.316}
+    return bt.BatchSweep(tuple(latencies), tuple(bench.Measurement(f"b{b}", (ms / 1e3,) * 3)
+                                                  for b, ms in latencies.items()))
+
+
+def test_fit_verdict_names_the_batch_sizes_the_line_misses_and_a_ceiling_below_the_measurement():
+    sweep = recorded_sweep()
+    fit = bt.fit_latency_model(sweep.batch_sizes, sweep.latencies_ms)
+    verdict = bt.fit_verdict(fit, sweep)
+    assert "The line misses 5 of 10" in verdict and "batch 512: 18.3 ms measured, 23.3 fitted" in verdict
+    ceiling = (f"Its ceiling, {fit.max_items_per_s:,.0f} items/s, is below the 27,954 items/s measured "
+               "at batch 512")
+    assert ceiling in verdict
+    exact = bt.fit_latency_model([1, 2, 4], [2.0, 3.0, 5.0])
+    line = bt.BatchSweep((1, 2, 4), tuple(bench.Measurement("b", (t / 1e3,) * 3) for t in (2.0, 3.0, 5.0)))
+    assert bt.fit_verdict(exact, line) == "The line misses 0 of 3 batch sizes by more than 20%."
+
+
+def test_latency_table_interpolates_between_measured_sizes_and_stays_within_them():
+    table = recorded_sweep().latency_table_ms(32)
+    assert len(table) == 32 and table[0] == pytest.approx(0.360) and table[1] == pytest.approx(1.122)
+    assert table[2] == pytest.approx((1.122 + 1.199) / 2) and table[31] == pytest.approx(2.185)
+    with pytest.raises(ValueError, match="max_batch_size must lie within the measured batch sizes"):
+        recorded_sweep().latency_table_ms(1024)
 
 
 def test_latency_that_does_not_grow_with_the_batch_fits_a_flat_line_not_a_negative_cost():

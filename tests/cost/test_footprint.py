@@ -174,7 +174,7 @@ def test_moe_mla_and_sliding_window_formulas_by_hand():
     assert mixtral.n_params == 32 * per_layer + 2 * 32000 * 4096
     assert mixtral.n_params - mixtral.active_params == 32 * 6 * 3 * 4096 * 14336  # 6 of 8 experts idle
     deepseek = footprint.get_shape("DeepSeek-V3")  # MLA: 512 latent + 64 rope values per token and layer
-    assert deepseek.attention == "MLA" and deepseek.kv_values_per_token_layer == 576
+    assert deepseek.attention == "MLA" and footprint.kv_values_per_token_layer(deepseek) == 576
     assert footprint.kv_cache_bytes(deepseek, 1, 1, "bf16") == 576 * 61 * 2  # 70,272 bytes, not 4 MB of MHA
     oss = footprint.get_shape("gpt-oss-120b")  # 18 of 36 layers keep only the last 128 tokens
     assert footprint.kv_cache_bytes(oss, 2, 100) == 2 * 8 * 64 * 36 * 100 * 2 * 2
@@ -206,3 +206,22 @@ def test_a_bad_cell_in_the_shape_table_is_named(tmp_path):
     bad.write_text(header + row.replace(",512,1536,", ",lots,1536,", 1))
     with pytest.raises(ValueError, match="kv_lora_rank of 'DeepSeek-V3' must be a number"):
         footprint.load_shapes(bad)
+
+
+def test_a_token_budget_bounds_the_activations_not_the_kv_cache():
+    llama = footprint.get_shape("Llama-2-7B")  # 16 prompts of 4,096 tokens: 65,536 prefilled at once
+    per_token = 2 * 4096 + 2 * 11008  # residual + normed input, and the gated MLP's hidden (wider than q/k/v)
+    at_once = footprint.activation_bytes(llama, 16, 4096, naive_attention=False)
+    assert at_once == 16 * 4096 * per_token * 2
+    bounded = footprint.activation_bytes(llama, 16, 4096, naive_attention=False, token_budget=8192)
+    assert bounded == 8192 * per_token * 2
+    short = footprint.activation_bytes(llama, 1, 1024, naive_attention=False, token_budget=8192)
+    assert short == 1024 * per_token * 2  # fewer tokens than the budget: all of them
+    naive = footprint.activation_bytes(llama, 16, 4096, token_budget=8192) - 8192 * per_token * 2
+    assert naive == 8192 * 32 * 4096 * 2  # a chunk's query rows against the whole context
+    kv_gb = footprint.memory_breakdown(llama, 16, 4096, kv_precision="fp8_e4m3").kv_cache_gb
+    budget = footprint.memory_breakdown(llama, 16, 4096, kv_precision="fp8_e4m3", token_budget=8192)
+    assert budget.kv_cache_gb == kv_gb
+    fused = {"precision": "int8", "kv_precision": "fp8_e4m3", "naive_attention": False}
+    assert footprint.max_batch_size(llama, 4096, 24, **fused) == 11
+    assert footprint.max_batch_size(llama, 4096, 24, **fused, token_budget=8192) == 13

@@ -183,3 +183,13 @@ def test_chunked_prefill_rejects_bad_input():
         sv.simulate_chunked_prefill([0.0], [4], [4], 2, 1.0, 1.0).percentile("e2e", 50)
     with pytest.raises(ValueError, match="weight_read_ms or step_overhead_ms"):
         sv.simulate_chunked_prefill([0.0], [4], [4], 2, 0.0, 1.0)
+
+
+def test_measured_batch_latencies_replace_the_line_where_it_is_optimistic():
+    line = sv.simulate_dynamic_batching(2866, 32, 0.958, 0.479, 0.0445, n_requests=500)
+    measured = [0.360, 1.122, 1.16, 1.199] + [1.2] * 28  # a step from batch 1 to 2 the line does not see
+    stepped = sv.simulate_dynamic_batching(2866, 32, 0.958, 0.479, 0.0445, n_requests=500, batch_ms=measured)
+    assert stepped.p99_ms > line.p99_ms and stepped.capacity_per_s == pytest.approx(32 / 1.2e-3)
+    assert "p99" in sv.serving_report(2866, 32, 0.958, 0.479, 0.0445, batch_ms=measured)
+    with pytest.raises(ValueError, match="batch_ms must give the latency of every batch size 1..32"):
+        sv.simulate_dynamic_batching(100, 32, 1.0, 0.5, 0.1, batch_ms=[1.0] * 8)

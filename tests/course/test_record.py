@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import re
 import time
 from queue import Empty
 
@@ -78,7 +79,7 @@ def test_run_notebook_reports_the_failing_cell_and_its_traceback(tmp_path):
     assert run.figures == {"speedup": recordings.Figure(2.5, "x")}  # reported before the failure
     report = run.failure_report()
     assert "error in cell 2" in report and "| def broken():" in report
-    assert run.to_dict()["source_sha256"] == record.source_sha256(nbformat.read(path, as_version=4))
+    assert run.to_dict()["cell_sha256"] == recordings.cell_sha256(path) and len(run.cell_sha256) == 4
 
 
 def test_run_notebook_rejects_bad_input(tmp_path):
@@ -110,6 +111,24 @@ def test_record_saves_notebooks_figures_card_and_run_and_main_exits_1_on_a_failu
     record.record([ok], out, device="cpu", probe=False, progress=None)  # a second run keeps the other rows
     assert len(json.loads((out / recordings.RUN_FILE).read_text())["notebooks"]) == 2
     assert record.main(["--device", "gpu", "--out", str(out)]) == 2
+
+
+def test_check_lists_each_stale_recording_with_the_command_that_regenerates_it(tmp_path, capsys):
+    lessons = tmp_path / "notebooks"
+    lessons.mkdir()
+    lesson = write_notebook(lessons / "01_ok.ipynb", "print('measured')")
+    out = tmp_path / "recordings" / "some-cpu"
+    record.record([lesson], out, device="cpu", probe=False, progress=None)
+    assert record.check(out.parent, lessons) == []
+    write_notebook(lesson, "print('measured again')", "print('more')")
+    problems = record.check(out.parent, lessons)
+    assert len(problems) == 1 and problems[0].startswith("data/recordings/some-cpu is stale: 01_ok (")
+    assert "changed cells 0; added cells 1" in problems[0]
+    assert 'make record DEVICE=cpu ARGS="--out data/recordings/some-cpu notebooks/01_ok.ipynb"' in problems[0]
+    assert re.search(r"the last run of these took \d+ s there\), then commit data/recordings/some-cpu/",
+                     problems[0]), problems[0]
+    assert record.main(["--check", "--out", str(out.parent)]) == 1  # the course has no lesson 01_ok
+    assert "01_ok (notebooks/01_ok.ipynb no longer exists)" in capsys.readouterr().out
 
 
 def test_a_reply_wait_looks_again_each_slice_and_still_times_out():

@@ -37,10 +37,11 @@ def test_chain_matches_its_formula_and_module():
     assert torch.allclose(fusion.Chain(b, s)(x, r), expected, atol=1e-6)
 
 
-def test_chain_into_writes_the_same_values_into_its_output():
+@pytest.mark.parametrize("into", [fusion.chain_into, fusion.chain_eager_into])  # fused by compile; op by op
+def test_each_chain_into_writes_the_same_values_into_its_output(into):
     inputs = fusion.chain_inputs(8, 16, seed=1)
     out = torch.empty(8, 16)
-    result = fusion.chain_into(**inputs, out=out)
+    result = into(**inputs, out=out)
     assert result.data_ptr() == out.data_ptr()
     assert torch.allclose(out, fusion.chain(**inputs), atol=1e-6)
 
@@ -112,6 +113,23 @@ def test_fresh_output_sentence_follows_the_measurement():
     assert "memory was reused" in fusion.fresh_output_sentence(rows(0.0175))
     with pytest.raises(ValueError, match="given"):
         fusion.fresh_output_sentence(rows(0.053), given="missing")
+
+
+def test_fusion_verdict_names_absolute_times_and_does_not_accept_a_matching_ratio_alone():
+    def rows(eager_s, fused_s):
+        results = {"eager, out given": Measurement("e", (eager_s,) * 3),
+                   "torch.compile, out given": Measurement("c", (fused_s,) * 3)}
+        passes = {"eager, out given": 9, "torch.compile, out given": 3}
+        return fusion.report_rows(results, 33_554_432, passes, 52.6, gelus_per_s=4.44e9)
+
+    # the recorded EPYC run's allocating times: the ratio matched (3.2x), each ran at 0.15 of its prediction
+    slow = fusion.fusion_verdict(rows(0.16728, 0.05168))
+    assert "predicted 25.42 ms (transcendental roof), measured 167.28 ms: 15% of its predicted speed" in slow
+    assert "Fusion: predicted 3.3x, measured 3.2x. Whatever the ratios, the roofs miss the absolute" in slow
+    close = fusion.fusion_verdict(rows(0.0280, 0.0085))
+    assert "The roofs predict both times within 30%" in close
+    with pytest.raises(ValueError, match="unfused"):
+        fusion.fusion_verdict(rows(0.1, 0.05), unfused="eager")
 
 
 def test_first_call_and_max_abs_error():

@@ -50,7 +50,7 @@ class WorkClock:
 def test_probe_keys_its_results_by_the_canonical_format_name(alias, name, monkeypatch):
     """Any spelling formats knows reaches the probe as the canonical name lessons key results by."""
     asked = []
-    monkeypatch.setattr(probe, "memory_bandwidth_gbs", lambda device, repeats: 10.0)
+    monkeypatch.setattr(probe, "memory_bandwidth_gbs", lambda device, size_mb, repeats: 10.0)
     monkeypatch.setattr(probe, "matmul_flops", lambda d, device, quick: asked.append(d) or 1e9)
     ceilings = probe.probe("cpu", precisions=[alias], quick=True)
     assert list(ceilings.flops_by_precision) == [name] == asked
@@ -237,7 +237,7 @@ def test_probe_skips_default_dtypes_without_a_path_but_not_requested_ones(monkey
             raise probe.UnsupportedPrecision("no int8 here")
         return 1e9
 
-    monkeypatch.setattr(probe, "memory_bandwidth_gbs", lambda device, repeats: 10.0)
+    monkeypatch.setattr(probe, "memory_bandwidth_gbs", lambda device, size_mb, repeats: 10.0)
     monkeypatch.setattr(probe, "matmul_flops", fake_flops)
     c = probe.probe("cpu", quick=True)
     assert list(c.flops_by_precision) == ["fp32", "bf16", "fp16"] and c.bandwidth_gbs == 10.0
@@ -248,7 +248,8 @@ def test_probe_skips_default_dtypes_without_a_path_but_not_requested_ones(monkey
 def test_probe_on_cuda_uses_the_cuda_dtypes(monkeypatch):
     seen = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(probe, "memory_bandwidth_gbs", lambda device, repeats: 3000.0)
+    monkeypatch.setattr(probe, "default_array_mb", lambda device: 1024.0)
+    monkeypatch.setattr(probe, "memory_bandwidth_gbs", lambda device, size_mb, repeats: 3000.0)
     monkeypatch.setattr(probe, "matmul_flops", lambda d, device, quick: seen.append((d, device)) or 1e12)
     c = probe.probe("auto", quick=True)
     assert c.device == "cuda" and c.threads == 1
@@ -267,3 +268,75 @@ def test_quick_probe_of_this_machine_is_plausible():
     assert c.threads == 1 and c.device == "cpu" and c.quick
     assert math.isfinite(c.bandwidth_gbs) and c.bandwidth_gbs > 0
     assert math.isfinite(c.peak_flops("fp32")) and c.peak_flops("fp32") > 0
+
+
+# --- ceilings: one probe per machine, reused --------------------------------------------------------------
+
+
+@pytest.fixture
+def counted_probe(monkeypatch, tmp_path):
+    """probe.ceilings with a private record folder, and fake measurements that count themselves."""
+    monkeypatch.setenv("HWOPT_CACHE", str(tmp_path))
+    calls = {"bandwidth": 0, "matmul": []}
+
+    def bandwidth(device, size_mb, repeats):
+        calls["bandwidth"] += 1
+        return 30.0 + calls["bandwidth"]  # every measurement a little different, as on a real machine
+
+    def flops(precision, device, quick=True):
+        calls["matmul"].append(precision)
+        if precision == "int8":
+            raise probe.UnsupportedPrecision("no int8 here")
+        return {"fp32": 200e9, "bf16": 400e9, "fp16": 1e9}[precision]
+
+    monkeypatch.setattr(probe, "memory_bandwidth_gbs", bandwidth)
+    monkeypatch.setattr(probe, "matmul_flops", flops)
+    return calls
+
+
+def test_ceilings_are_measured_once_and_reused_with_their_provenance(counted_probe, tmp_path):
+    first = probe.ceilings("cpu")
+    assert counted_probe == {"bandwidth": 1, "matmul": ["fp32"]} and not first.reused
+    assert first.bandwidth_gbs == 31.0 and first.array_mb > 0 and first.measured_at > 0
+    assert first.provenance().startswith("measured just now (bandwidth: STREAM Triad a = b + 3c on three")
+    again = probe.ceilings("cpu")
+    assert again.reused and again.bandwidth_gbs == 31.0 and again.peak_flops("fp32") == 200e9
+    assert counted_probe["bandwidth"] == 1 and (tmp_path / probe.CEILINGS_FILE).is_file()
+    said = again.provenance(now=again.measured_at + 600)
+    assert "measured 10 min ago on this machine by an earlier cell or lesson, and reused" in said
+    assert "fresh=True" in said and f"{again.threads} thread" in said
+    more = probe.ceilings("cpu", ["fp32", "bf16"])  # a precision the record lacks: measured and added
+    assert more.bandwidth_gbs == 31.0 and more.peak_flops("bf16") == 400e9 and more.reused
+    assert counted_probe["matmul"] == ["fp32", "bf16"]
+    assert list(probe.ceilings("cpu", ["bf16"]).flops_by_precision) == ["bf16"] and counted_probe[
+        "matmul"] == ["fp32", "bf16"]  # only the precisions asked for, none measured again
+
+
+def test_ceilings_measure_again_when_fresh_old_full_or_unreadable(counted_probe, tmp_path):
+    probe.ceilings("cpu")
+    assert probe.ceilings("cpu", fresh=True).bandwidth_gbs == 32.0
+    assert probe.ceilings("cpu", max_age_s=0).bandwidth_gbs == 33.0
+    assert probe.ceilings("cpu", quick=False).bandwidth_gbs == 34.0 and probe.ceilings("cpu").reused
+    (tmp_path / probe.CEILINGS_FILE).write_text("{half a fi")
+    assert probe.ceilings("cpu").bandwidth_gbs == 35.0
+    with probe.bench.threads(1):  # another thread count is another machine for the record
+        assert probe.ceilings("cpu").bandwidth_gbs == 36.0
+    assert probe.ceilings("cpu").bandwidth_gbs == 35.0
+
+
+def test_ceilings_with_the_device_defaults_leave_out_what_has_no_path_once(counted_probe):
+    c = probe.ceilings("cpu", None)
+    assert list(c.flops_by_precision) == ["fp32", "bf16", "fp16"]
+    assert probe.ceilings("cpu", None).reused and counted_probe["matmul"].count("int8") == 1
+    with pytest.raises(probe.UnsupportedPrecision):
+        probe.ceilings("cpu", ["int8"])
+
+
+@pytest.mark.parametrize(("kwargs", "name"), [
+    ({"precisions": "fp32"}, "precisions"), ({"precisions": []}, "precisions"),
+    ({"precisions": ["fp7"]}, "precisions"), ({"fresh": 1}, "fresh"), ({"quick": "yes"}, "quick"),
+    ({"max_age_s": -1.0}, "max_age_s"), ({"max_age_s": float("nan")}, "max_age_s"),
+])
+def test_ceilings_bad_input(kwargs, name, counted_probe):
+    with pytest.raises(ValueError, match=name):
+        probe.ceilings("cpu", **kwargs)

@@ -1,10 +1,12 @@
-"""Instructor commands: `python -m hwopt.course.grading grade | demo | secret | sandbox | settings`.
+"""Instructor commands: `python -m hwopt.course.grading grade|demo|secret|sandbox|settings|extend|lms`.
 
     python -m hwopt.course.grading secret     # once per course: the secret that seeds the hidden cases
     python -m hwopt.course.grading sandbox    # whether the grading sandbox starts on this machine
     python -m hwopt.course.grading grade      # a real class: submitted/ -> grades_report.csv, grades.csv
     python -m hwopt.course.grading demo       # the sample submissions, graded in artifacts/grading-demo/
     python -m hwopt.course.grading settings   # the environment variables of grading (--readme: into README)
+    python -m hwopt.course.grading extend ada batching 2   # ada gets 2 more days for batching (0: none)
+    python -m hwopt.course.grading lms --roster canvas_export.csv   # canvas_grades.csv and lms_grades.csv
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hwopt.course.grading import course, demo, grade, judge, sandbox, settings
+from hwopt.course.grading import course, deadlines, demo, grade, judge, lms, sandbox, settings
 
 
 def _secret(args) -> int:
@@ -33,8 +35,9 @@ def _sandbox(args) -> int:
 
 
 def _grade(args) -> int:
-    rows = grade.grade_class(args.course.resolve(), timeout_s=args.timeout, force=not args.no_force,
-                             workers=args.workers, db_url=args.db_url, scheduler=args.scheduler)
+    rows = grade.grade_class(args.course.resolve(), assignments=args.assignments, timeout_s=args.timeout,
+                             force=not args.no_force, workers=args.workers, db_url=args.db_url,
+                             scheduler=args.scheduler)
     return 0 if all(r.status in grade.FINE for r in rows) else 1
 
 
@@ -57,6 +60,21 @@ def _settings(args) -> int:
     return 0
 
 
+def _extend(args) -> int:
+    path = deadlines.write_extension(args.course / deadlines.EXTENSIONS, args.student, args.assignment,
+                                     args.days)
+    print(f"{args.student} has {args.days:g} more days for {args.assignment} ({path}); grade again to "
+          "apply it")
+    return 0
+
+
+def _lms(args) -> int:
+    api = course.make_api(args.course.resolve(), db_url=args.db_url)
+    for path in lms.export(api, args.course.resolve(), args.roster, assignments=course.ASSIGNMENTS):
+        print(f"wrote {path}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line: one subcommand per instructor task."""
     top = argparse.ArgumentParser(prog="python -m hwopt.course.grading",
@@ -73,6 +91,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--course", type=Path, default=course.ROOT,
                    help="the course folder (default: the repository)")
     g.add_argument("--no-force", action="store_true", help="skip submissions already autograded")
+    g.add_argument("--assignments", nargs="+", choices=course.ASSIGNMENTS, default=course.ASSIGNMENTS,
+                   metavar="NAME", help="grade only these assignments (default: every one)")
     g.add_argument("--scheduler", default=None, help="an existing Dask cluster's address (tcp://host:8786)")
     g.set_defaults(run=_grade)
     d = sub.add_parser("demo", help="grade the sample submissions in a scratch course folder; exit 1 when a "
@@ -90,6 +110,21 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--db-url", default=None, help=f"the gradebook's SQLAlchemy URL (default: "
                        f"${settings.DB_URL.name}, else SQLite in the course folder; parallel workers need "
                        f"postgresql://)")
+    e = sub.add_parser("extend", help="give a student more days for an assignment (extensions.csv; the "
+                                      "late-penalty policy counts from the due date plus these days)")
+    e.add_argument("student")
+    e.add_argument("assignment", choices=course.ASSIGNMENTS, metavar="ASSIGNMENT")
+    e.add_argument("days", type=float, help="days added to the due date (0 removes the extension)")
+    e.set_defaults(run=_extend)
+    m = sub.add_parser("lms", help="export the gradebook's scores (late penalties taken) for the LMS: "
+                                   "canvas_grades.csv (Canvas's gradebook import) and lms_grades.csv")
+    m.add_argument("--roster", type=Path, default=None, help="a Canvas gradebook export: its student columns "
+                   "and assignment headers are reused")
+    m.add_argument("--db-url", default=None, help="the gradebook's SQLAlchemy URL (default as for grade)")
+    m.set_defaults(run=_lms)
+    for p in (e, m):
+        p.add_argument("--course", type=Path, default=course.ROOT, help="the course folder (default: the "
+                       "repository)")
     s = sub.add_parser("settings", help="print the environment variables of grading with their defaults")
     s.add_argument("--readme", action="store_true", help="write the table into README.md instead")
     s.set_defaults(run=_settings)

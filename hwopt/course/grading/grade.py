@@ -7,20 +7,35 @@ postgresql:// db_url, or the DB_URL setting) the class is graded by several work
 cluster (grading.cluster). Each worker keeps its nbgrader and the assignments' references across tasks;
 every submission still gets a fresh sandboxed kernel, under that worker's own uid.
 
-Around nbgrader, each submission is checked first and its feedback after (grading.submission); after
-autograde the graded copy must exist (nbgrader deletes it on failure). grades_report.csv has one row per
-student and assignment: score, max_score, status, notes.
+Around nbgrader, each submission is checked first (grading.intake: only folders and regular files;
+grading.submission: a valid notebook) and its feedback after; after autograde the graded copy must exist
+(nbgrader deletes it on failure). grades_report.csv has one row per student and assignment: score (late
+penalty taken), max_score, status, notes, and the lateness columns (grading.deadlines); the LMS exports
+(grading.lms) are written beside nbgrader's grades.csv.
 """
 
 from __future__ import annotations
 
 import csv
+import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from hwopt.course.grading import cluster, course, gradebook, judge, kernel, sandbox, settings, submission
+from hwopt.course.grading import (
+    cluster,
+    course,
+    deadlines,
+    gradebook,
+    intake,
+    judge,
+    kernel,
+    lms,
+    sandbox,
+    settings,
+    submission,
+)
 
 # nbgrader log lines worth a note in the report: (pattern, note)
 LOG_NOTES = (
@@ -30,6 +45,7 @@ LOG_NOTES = (
     (r"Timeout waiting for execute reply", "a cell timed out"),
     (r"Output capped", "output beyond the byte cap dropped"),
     (r"Kernel died|kernel died", "the kernel died"),
+    (r"Notebook time limit reached", "the notebook's time cap was reached: the parts after it were not run"),
 )
 FINE = ("ok", "not submitted")  # statuses of a class graded without trouble
 
@@ -42,9 +58,13 @@ class Row:
     assignment: str
     score: float = 0.0
     max_score: float = 0.0
-    status: str = "ok"  # ok | not submitted | missing notebook | invalid notebook | autograde failed | ...
+    status: str = "ok"  # ok | not submitted | refused | missing/invalid notebook | autograde failed | ...
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    raw_score: float = 0.0  # before the late penalty (score = raw_score - late_penalty, at least 0)
+    late_penalty: float = 0.0
+    submitted_at: str = ""  # UTC, as the exchange or the LMS recorded it
+    due_at: str = ""  # UTC, the student's extension included
 
 
 def grade_one(api, folder: Path, assignment: str, student: str, force: bool = True) -> Row:
@@ -55,13 +75,18 @@ def grade_one(api, folder: Path, assignment: str, student: str, force: bool = Tr
     submitted = folder / "submitted" / student / assignment
     log_path = folder / "grading-logs" / f"{student}.{assignment}.log"
     log_path.parent.mkdir(exist_ok=True)
-    problem = (submission.check_notebook(submitted / f"{notebook}.ipynb") if submitted.is_dir()
-               else "not submitted")
+    refused = intake.refusal(submitted, folder) if os.path.lexists(submitted) else None
+    if refused:
+        problem = f"refused ({refused})"
+    elif submitted.is_dir():
+        problem = submission.check_notebook(submitted / f"{notebook}.ipynb")
+    else:
+        problem = "not submitted"
     if problem == "not submitted":
         row.status = problem
     elif problem:
         row.status = problem.split(" (")[0]
-        row.notes.append(problem)
+        row.notes.append(refused or problem)
         gradebook.record_zero(api, assignment, student)
         log_path.write_text(f"not graded: {problem}\n")
     else:
@@ -80,9 +105,13 @@ def grade_one(api, folder: Path, assignment: str, student: str, force: bool = Tr
         if row.status == "ok":
             row.status = give_feedback(api, folder, assignment, student, row)
     try:
-        row.score, row.max_score = gradebook.read_score(api, assignment, student)
+        row.raw_score, row.max_score = gradebook.read_score(api, assignment, student)
     except Exception:  # not submitted: no gradebook entry
         row.max_score = gradebook.max_score(api, assignment)
+    else:
+        row.late_penalty, row.submitted_at, row.due_at, why = deadlines.reported(api, assignment, student)
+        row.score = max(0.0, row.raw_score - row.late_penalty)
+        row.notes += [why] if why else []
     row.seconds = time.perf_counter() - start
     return row
 
@@ -103,7 +132,8 @@ def give_feedback(api, folder: Path, assignment: str, student: str, row: Row) ->
 
 
 def write_report(rows: list[Row], path: Path) -> Path:
-    """grades_report.csv: student, assignment, score, max_score, status, notes, seconds."""
+    """grades_report.csv: student, assignment, score, max_score, status, notes, seconds, and the lateness
+    columns raw_score, late_penalty, submitted_at, due_at."""
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(asdict(rows[0])) if rows else ["student"])
         writer.writeheader()
@@ -155,6 +185,10 @@ def grade_class(folder: Path, assignments=course.ASSIGNMENTS, timeout_s: int | N
     db_url: the gradebook (default course.gradebook_url's); scheduler: an existing Dask cluster's address.
     """
     unsandboxed = ready_to_grade()
+    try:
+        deadlines.read_extensions(folder / deadlines.EXTENSIONS)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
     db_url = course.gradebook_url(folder, db_url)
     workers = cluster.plan_workers(workers, db_url, scheduler, log)
     with gradebook.kept_connections():  # one engine per gradebook for the whole class
@@ -186,4 +220,5 @@ def grade_class(folder: Path, assignments=course.ASSIGNMENTS, timeout_s: int | N
         rows = [graded[t] for t in tasks]  # the report's order, whoever graded what first
         write_report(rows, folder / "grades_report.csv")
         course.export(api, folder)
+        lms.export(api, folder, assignments=course.ASSIGNMENTS)
         return rows

@@ -20,6 +20,7 @@ case is right; a missing, malformed or duplicated report earns 0 (fail closed).
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import hmac
 import json
@@ -219,22 +220,34 @@ def same_value(expected, got, rel_tol: float = 1e-6, abs_tol: float = 1e-9) -> b
     return expected == got
 
 
+BUILTIN_EXCEPTIONS = frozenset(name for name, value in vars(builtins).items()
+                               if isinstance(value, type) and issubclass(value, BaseException))
+
+
+def raised_kind(names: list[str]) -> str:
+    """The exception a student's code raised, as feedback names it: the first built-in class among its classes
+    (names, most derived first), else 'an exception'. Never the student's own text: a class of the student's
+    could carry a hidden case's values in its name, an exception's message certainly can."""
+    return next((name for name in names if name in BUILTIN_EXCEPTIONS), "an exception")
+
+
 def judge_case(check: Check, one: Case, expected: dict, got) -> str | None:
-    """Why the student's outcome of one case is wrong (a phrase for the feedback), or None if it is right."""
+    """Why the student's outcome of one case is wrong (a phrase for the feedback, made here from the kind of
+    failure alone, never from the student's text), or None if it is right."""
     if not isinstance(got, dict) or not (got.keys() == {"value"} or got.keys() == {"raised", "message"}
                                          or got.keys() == {"unplain"}):
         return "no usable result came back"
     if "unplain" in got:
-        return f"returned a {str(got['unplain'])[:40]}, which is not a plain value (number, string, list...)"
+        return "returned an object that is not a plain value (a number, string, list...)"
     if "raised" in got:
         names, message = got["raised"], got["message"]
         if not (isinstance(names, list) and names and all(type(n) is str for n in names)
                 and type(message) is str):
             return "no usable result came back"
         if "value" in expected:
-            return f"raised {names[0][:40]}: {message[:120]}"
+            return f"raised {raised_kind(names)}"
         if expected["raised"][0] not in names:
-            return f"raised {names[0][:40]}; expected {expected['raised'][0]}"
+            return f"raised {raised_kind(names)}; expected {expected['raised'][0]}"
         if one.must_name and not any(name in message for name in one.must_name):
             return f"the {expected['raised'][0]} message should name {' or '.join(one.must_name)}"
         return None

@@ -6,8 +6,10 @@ sandbox does not have). The kernelspec starts it with -P: the kernel's working f
 without -P a student's own hwopt/course/grading/kernel.py there would be imported in this one's place and
 skip the limits. The folder joins sys.path once the limits are set and ipykernel is imported, as in any
 kernel. Each limit comes from a setting the grader passes in (grading.settings: MEMORY_GB, address space;
-CPU_S, CPU seconds per process; MAX_PROCESSES, processes and threads of the sandbox's user). An operating
-system that refuses a limit (macOS refuses RLIMIT_AS) gets a line on stderr and the other limits.
+CPU_S, CPU seconds per process; MAX_PROCESSES, processes and threads of the sandbox's user; SCRATCH_MB, the
+largest file it may write). An operating system that refuses a limit (macOS refuses RLIMIT_AS) gets a line on
+stderr and the other limits. In the sandbox, the submission is read-only at SUBMISSION: the launcher copies it
+into its working folder (a tmpfs) once the limits hold.
 
 The THREADS setting sets the thread pools of the numeric libraries (OpenMP: torch; OpenBLAS: numpy; MKL)
 before any of them loads. Every kernel computes with the same number of threads however the class is
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import sys
 
 from hwopt.course.grading import settings
@@ -28,7 +31,9 @@ LIMITS = {
     "RLIMIT_AS": (settings.MEMORY_GB, 2**30),  # GiB -> bytes
     "RLIMIT_CPU": (settings.CPU_S, 1),
     "RLIMIT_NPROC": (settings.MAX_PROCESSES, 1),
+    "RLIMIT_FSIZE": (settings.SCRATCH_MB, 2**20),  # MiB -> bytes
 }
+SUBMISSION = "/run/hwopt/submission"  # the submission folder inside the sandbox, read-only (grading.sandbox)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")  # read when a library loads
 
 
@@ -77,6 +82,11 @@ def launch(argv: list[str]) -> None:
     """Set the limits and threads, then become an ipykernel in this process (one interpreter start)."""
     for note in set_limits():
         print(f"hwopt grading kernel: {note}", file=sys.stderr)
+    if os.path.isdir(SUBMISSION):  # sandboxed: the working folder starts as a copy of the submission
+        try:
+            shutil.copytree(SUBMISSION, os.getcwd(), symlinks=True, dirs_exist_ok=True)
+        except (OSError, shutil.Error) as err:  # too big for the scratch space: the kernel starts without it
+            print(f"hwopt grading kernel: the submission was not copied whole ({err})", file=sys.stderr)
     os.environ.update(thread_environment())  # before ipykernel, or a student's code, loads any of them
     for name in BLOCKED_IMPORTS:
         sys.modules[name] = None  # `import debugpy` raises ImportError: ipykernel then runs without it

@@ -4,17 +4,22 @@
 - JudgedExecute runs the submission in a sandboxed kernel, leaving hidden regions out; after each grade cell
   it asks the kernel for the student's outcomes on that cell's cases and lets the judge, in this process,
   decide the points. A cell that ignores the interrupt (or a dead kernel) costs a restart, not the grade;
-  output beyond a byte cap per cell and per notebook is dropped with a note.
+  every message beyond a byte cap per cell and per notebook is dropped with a note (grading.outputs); the
+  whole notebook has a wall-clock cap (notebook_timeout): the cells not reached by then are not run, and
+  their parts score 0 with that reason.
 - FeedbackExporter writes nbgrader's feedback page with its templates compiled once per grading process.
 - LmsFileNameCollector maps LMS file names ("Copy of quiz (1).ipynb") to the released notebook names.
+- NoFollowCollect is the exchange's collect, copying a submission without following links (grading.intake).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import secrets
+import time
 from pathlib import Path
 
 import jinja2
@@ -25,12 +30,15 @@ from nbformat import NotebookNode
 from nbformat.v4 import new_code_cell, new_output
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.coursedir import CourseDirectory
+from nbgrader.exchange.default.collect import ExchangeCollect
 from nbgrader.plugins import FileNameCollectorPlugin
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from nbgrader.utils import ignore_patterns
 from traitlets import Integer
 
-from hwopt.course.grading import collect, judge, kernel
+from hwopt.course.grading import collect, intake, judge, kernel, settings
 from hwopt.course.grading.notebooks import normalise_notebook_name, normalise_source, strip_hidden_tests
+from hwopt.course.grading.outputs import SHOWN, OutputCaps, capped_note, mark_shown
 from hwopt.course.grading.reference import Reference, grade_id
 from hwopt.course.grading.sandbox import SandboxedKernelManager
 
@@ -65,11 +73,15 @@ def no_points(cell, why: str) -> judge.Verdict:
     return judge.verdict(float(cell.metadata["nbgrader"]["points"]), [], 0, why)
 
 
+JUDGED_OUTPUTS = 2  # the outputs judged_outputs adds after the student's: the verdict, then the score
+
+
 def judged_outputs(outputs: list, result: judge.Verdict) -> list:
     """A grade cell's outputs after judging: its own output as plain text, the verdict, then the score.
 
     Nothing the student's kernel sent can score: errors and stderr become text, results become displays,
-    and the last output is the judge's (a score nbgrader reads, or an error for 0).
+    and the last JUDGED_OUTPUTS outputs are the judge's (the verdict; a score nbgrader reads, or an error
+    for 0).
     """
     shown = []
     for out in outputs:
@@ -134,6 +146,10 @@ class JudgedExecute(Execute):
         config=True)
     max_cell_output_bytes = Integer(1_000_000, help="Output kept per cell (bytes)").tag(config=True)
     max_notebook_output_bytes = Integer(5_000_000, help="Output kept per notebook (bytes)").tag(config=True)
+    notebook_timeout = Integer(int(settings.NOTEBOOK_TIMEOUT_S.default), help=(
+        "Seconds one notebook may take in all, kernel starts, restarts and re-runs included: the cells not "
+        f"reached by then are not run and their parts score 0 (also {settings.NOTEBOOK_TIMEOUT_S.name})"),
+    ).tag(config=True)
 
     def __init__(self, **kwargs):
         kwargs.setdefault("kernel_manager_class", SandboxedKernelManager)
@@ -148,8 +164,26 @@ class JudgedExecute(Execute):
         source = Path(coursedir.format_path(coursedir.source_directory, ".", info["assignment"]))
         self._reference = load_reference(source / f"{info['notebook']}.ipynb")
         self._done: list[tuple[int, NotebookNode]] = []
-        self._restarts, self._notebook_bytes, self._probing = 0, 0, False
+        self._restarts, self._probing, self._cases_sent = 0, False, False
+        self._caps = OutputCaps(self.max_cell_output_bytes, self.max_notebook_output_bytes)
+        self._deadline = time.monotonic() + self.notebook_timeout
+        for cell in nb.cells:
+            cell.metadata.pop(SHOWN, None)  # only this grader says what feedback shows, never a submission
         return super().preprocess(nb, resources, km)
+
+    def _time_left(self) -> float:
+        """Seconds left of the notebook's wall-clock cap."""
+        return self._deadline - time.monotonic()
+
+    def _get_timeout(self, cell) -> int | None:
+        """The cell timeout, or less: what is left of the notebook's cap (at least a second)."""
+        timeout = super()._get_timeout(cell)
+        return max(1, min(timeout or math.inf, math.ceil(self._time_left())))
+
+    async def async_start_new_kernel_client(self):
+        client = await super().async_start_new_kernel_client()
+        self.km.seal_run_dir()  # the kernel has bound its sockets: it may create no more files there
+        return client
 
     # ---- running cells ----------------------------------------------------------------------------------
 
@@ -159,25 +193,39 @@ class JudgedExecute(Execute):
 
     def _run(self, cell, index: int, store_history: bool = True) -> bool:
         """Execute one cell; a hang past the interrupt or a dead kernel restarts it (False then)."""
-        self._cell_bytes, self._capped = 0, False
+        self._caps.new_cell()
         try:
             self.execute_cell(cell, index, store_history=store_history)
             return True
         except (CellTimeoutError, DeadKernelError) as err:
-            what = "died" if isinstance(err, DeadKernelError) else f"did not stop within {self.timeout} s"
+            what = ("died" if isinstance(err, DeadKernelError)
+                    else f"did not stop within {self._get_timeout(cell)} s")
             self.log.error("Cell %d %s; restarting the kernel and re-running earlier cells", index, what)
             self._error(cell, type(err).__name__, f"the cell {what}; the kernel was restarted")
             self._recover()
             return False
 
-    def preprocess_cell(self, cell, resources, index):
+    def _not_run(self) -> str | None:
+        """Why no more cells run (the kernel lost, the notebook's time up), or None while they do."""
         if self._restarts > self.max_restarts:
+            return "the kernel had to be restarted too often"
+        if self._time_left() <= 0:
+            return f"the notebook's {self.notebook_timeout} s ran out"
+        return None
+
+    def preprocess_cell(self, cell, resources, index):
+        after_cases = self._cases_sent  # its output may hold hidden values: feedback shows only the grader's
+        if why := self._not_run():
             if cell.cell_type == "code":
+                if why.startswith("the notebook") and not getattr(self, "_expiry_logged", False):
+                    self._expiry_logged = True
+                    self.log.error("Notebook time limit reached (%d s): cells from %d on not run",
+                                   self.notebook_timeout, index)
                 cell.outputs = []
-                self._error(cell, "KernelLost", "not run: the kernel had to be restarted too often")
+                self._error(cell, "NotRun", f"not run: {why}")
                 if grade_id(cell):
-                    lost = no_points(cell, "not run: the kernel was lost")
-                    cell.outputs = judged_outputs(cell.outputs, lost)
+                    cell.outputs = judged_outputs(cell.outputs, no_points(cell, f"not run: {why}"))
+                mark_shown(cell, len(cell.outputs))  # every output is the grader's
             return cell, resources
         if cell.cell_type != "code":
             return cell, resources
@@ -187,22 +235,25 @@ class JudgedExecute(Execute):
         ok = self._run(cell, index) and not timed_out(cell)
         cell.source = source
         if gid:
+            stopped = self._not_run() or f"the cell did not finish within {self.timeout} s"
             result = self._judge(cell, gid, index) if ok else no_points(
-                cell, f"the cell did not finish within {self.timeout} s, so its cases were not run")
+                cell, f"{stopped}, so its cases were not run")
             cell.outputs = judged_outputs(cell.outputs, result)
         elif not any(o.output_type == "error" for o in cell.outputs):
             self._done.append((index, copy.deepcopy(cell)))  # replayed after a restart
+        if after_cases:
+            mark_shown(cell, JUDGED_OUTPUTS if gid else 0)
         return cell, resources
 
     def _recover(self) -> None:
-        while self._restarts <= self.max_restarts:
+        while self._not_run() is None:
             self._restarts += 1
             try:
                 run_sync(self._restart_kernel)()
                 for index, done in self._done:  # replay: rebuild the state later cells depend on
                     self.execute_cell(copy.deepcopy(done), index, store_history=True)
                 return
-            except (CellTimeoutError, DeadKernelError):
+            except (CellTimeoutError, DeadKernelError, RuntimeError):  # RuntimeError: no reply in time
                 self.log.error("Replay after a restart failed; trying again")
 
     async def _restart_kernel(self) -> None:
@@ -210,25 +261,34 @@ class JudgedExecute(Execute):
         await ensure_async(self.km.restart_kernel(now=True))
         self.kc = self.km.client()
         await ensure_async(self.kc.start_channels())
-        await ensure_async(self.kc.wait_for_ready(timeout=self.startup_timeout))
+        ready_s = max(1, min(self.startup_timeout, self._time_left()))
+        await ensure_async(self.kc.wait_for_ready(timeout=ready_s))
+        self.km.seal_run_dir()
 
-    def output(self, outs, msg, display_id, cell_index):
-        """Keep outputs up to the byte caps; past them drop the rest, with one note per cell."""
-        size = len(json.dumps(msg.get("content", {}), default=str))
-        self._cell_bytes += size
-        if not self._probing:  # a probe's output is read, never stored: only the cell cap applies
-            self._notebook_bytes += size
-        if self._cell_bytes <= self.max_cell_output_bytes and (
-                self._probing or self._notebook_bytes <= self.max_notebook_output_bytes):
-            return super().output(outs, msg, display_id, cell_index)
-        if not self._capped:
-            self._capped = True
+    def process_message(self, msg, cell, cell_index):
+        """Every message with content counts against the byte caps (stream, displays and their updates,
+        clear_output, results, errors, comms); past them the rest is dropped, with one note per cell."""
+        if msg["msg_type"] in ("status", "execute_input") or self._caps.admit(msg, self._probing):
+            return super().process_message(msg, cell, cell_index)
+        self._note_capped(cell, cell_index)
+        return None
+
+    def on_cell_executed(self, **kwargs):
+        # nbgrader adds the execute reply's error (the kernel's own ename, evalue and traceback) when IOPub
+        # carried none: it counts against the caps like any output.
+        reply = kwargs["execute_reply"]["content"]
+        if reply.get("status") == "error" and not self._caps.admit({"content": reply}, self._probing):
+            self._note_capped(kwargs["cell"], kwargs["cell_index"])
+            return None
+        return super().on_cell_executed(**kwargs)
+
+    def _note_capped(self, cell, cell_index: int) -> None:
+        if not self._caps.capped:
+            self._caps.capped = True
             self.log.warning("Output capped in cell %d (%d bytes per cell, %d per notebook)", cell_index,
                              self.max_cell_output_bytes, self.max_notebook_output_bytes)
-            outs.append(new_output("stream", name="stdout", text=(
-                f"\n[grader: output beyond {self.max_cell_output_bytes:,} bytes per cell or "
-                f"{self.max_notebook_output_bytes:,} per notebook was dropped]\n")))
-        return None
+            cell.outputs.append(new_output("stream", name="stdout", text=capped_note(
+                self.max_cell_output_bytes, self.max_notebook_output_bytes)))
 
     # ---- judging ----------------------------------------------------------------------------------------
 
@@ -258,7 +318,7 @@ class JudgedExecute(Execute):
         """The student's outcomes of check.call on the cases, as their kernel reported them (or why not)."""
         mark = f"hwopt-judge-{secrets.token_hex(8)}:"
         probe = new_code_cell(collect_code(check.call, cases, mark))
-        cell, self._probing = self.nb.cells[index], True
+        cell, self._probing, self._cases_sent = self.nb.cells[index], True, True
         try:
             finished = self._run(probe, index, store_history=False)
         finally:
@@ -268,7 +328,7 @@ class JudgedExecute(Execute):
             return "no result came back from your notebook (the kernel had to be restarted)"
         text = "".join(o.text for o in probe.outputs if o.output_type == "stream" and o.name == "stdout")
         if timed_out(probe):
-            return f"no result came back from your notebook within {self.timeout} s"
+            return f"no result came back from your notebook within {self._get_timeout(probe)} s"
         return judge.parse_report(text, mark, len(cases))
 
 
@@ -323,3 +383,18 @@ class LmsFileNameCollector(FileNameCollectorPlugin):
             return None
         return {**info, "file_id": name}
 
+
+class NoFollowCollect(ExchangeCollect):
+    """The exchange's collect, copying each submission without following links (grading.intake.copy_tree): a
+    link in the inbound folder arrives in submitted/ as a link, which grading refuses, never as a copy of what
+    it points to (a file of the instructor's that the student could not read)."""
+
+    def do_copy(self, src, dest, log=None):
+        size = self.get_size(src)
+        if size > 1000 * self.coursedir.max_dir_size:
+            self.log.error("Directory size is too big")
+            raise RuntimeError(f"Directory size is too big. Size is {size}, maximum size is "
+                               f"{1000 * self.coursedir.max_dir_size}")
+        ignore = ignore_patterns(exclude=self.coursedir.ignore, include=self.coursedir.include,
+                                 max_file_size=self.coursedir.max_file_size, log=self.log)
+        intake.copy_tree(src, dest, ignore=ignore, log=self.log, group_shared=self.coursedir.groupshared)

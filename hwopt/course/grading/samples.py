@@ -114,6 +114,9 @@ def v_wrong(a, release, good):
     if a == "serving_queue":  # a batch starts when it is ready, without waiting for the batch before to end
         return edit(good, "simulate", "start = max(free_at, min(full_at, arrivals_ms[first] + max_wait_ms))",
                     "start = min(full_at, arrivals_ms[first] + max_wait_ms)")
+    if a == "beyond_one_chip":  # the KV cache split over every chip, as if there were a KV head for each
+        return edit(good, "memory", 'bytes_per_value / min(tp, model["n_kv_heads"]) / 1e9',
+                    "bytes_per_value / tp / 1e9")
     return good
 
 
@@ -127,6 +130,13 @@ def v_serving_queue_slip(a, release, good):
     if a == "serving_queue":  # the p99 one rank too high: rank ceil(0.99 n) used as a 0-based index
         return edit(good, "percentile", "ordered[math.ceil(percent * len(ordered) / 100) - 1]",
                     "ordered[min(len(ordered) - 1, math.ceil(percent * len(ordered) / 100))]")
+    return good
+
+
+def v_beyond_one_chip_slip(a, release, good):
+    if a == "beyond_one_chip":  # the ring all-reduce sends each byte once: (p - 1)/p, not 2 (p - 1)/p
+        return edit(good, "allreduce", "+ 2 * (n_chips - 1) / n_chips * message_bytes",
+                    "+ (n_chips - 1) / n_chips * message_bytes")
     return good
 
 
@@ -448,6 +458,62 @@ def v_toolkit(a, release, good):  # no solution: the graded functions imported f
     return release
 
 
+ROOFLINE_ADAPTER = {  # roofline's graded functions as glue around the toolkit's roofline module
+    "op_cost": """\
+from hwopt import roofline as _roofline
+
+
+def op_cost(op, shape, bytes_per_element):
+    if op == "gemm":
+        flop, n_bytes = _roofline.flops_bytes_gemm(shape["m"], shape["n"], shape["k"],
+                                                   bytes_per_element=bytes_per_element)
+    elif op == "gemv":
+        flop, n_bytes = _roofline.flops_bytes_gemv(
+            shape["rows"], shape["cols"], bytes_per_weight=bytes_per_element,
+            bytes_per_activation=bytes_per_element)
+    elif op == "elementwise":
+        flop, n_bytes = _roofline.flops_bytes_elementwise(
+            shape["n_elements"], n_inputs=shape["n_inputs"], flops_per_element=shape["flop_per_element"],
+            bytes_per_element=bytes_per_element)
+    else:
+        flop, n_bytes = _roofline.flops_bytes_attention_decode(
+            shape["seq_len"], shape["head_dim"], shape["n_heads"], n_kv_heads=shape["n_kv_heads"],
+            bytes_per_element=bytes_per_element)
+    return {"flop": flop, "bytes": n_bytes, "intensity": flop / n_bytes}
+""",
+    "verdict": """\
+def roofline_verdict(intensity, peak_flops, bandwidth_gbs):
+    return {"attainable_flops": _roofline.attainable_flops(intensity, peak_flops, bandwidth_gbs),
+            "ridge_intensity": _roofline.ridge_point(peak_flops, bandwidth_gbs),
+            "bound": _roofline.bound(intensity, peak_flops, bandwidth_gbs)}
+""",
+    "time": """\
+def kernel_time(flop, n_bytes, peak_flops, bandwidth_gbs):
+    return {"compute_s": _roofline.time_s(flop, 0, peak_flops, bandwidth_gbs),
+            "memory_s": _roofline.time_s(0, n_bytes, peak_flops, bandwidth_gbs),
+            "time_s": _roofline.time_s(flop, n_bytes, peak_flops, bandwidth_gbs)}
+""",
+}
+
+
+MEMORY_KV_ADAPTER = {  # the KV cache through the toolkit's footprint, its bytes rescaled
+    "kv_cache": """\
+from hwopt.cost import footprint as _footprint
+
+
+def kv_cache_size(shape, batch_size, context_len, kv_bytes):
+    return _footprint.kv_cache_bytes(shape, batch_size, context_len, "fp32") / 4 * kv_bytes
+""",
+}
+ADAPTERS = {"roofline": ROOFLINE_ADAPTER, "memory_kv": MEMORY_KV_ADAPTER}
+
+
+def v_adapter(a, release, good):  # no solution of its own: toolkit calls, arguments renamed and regrouped
+    for grade_id, source in ADAPTERS.get(a, {}).items():
+        cell(release, grade_id).source = source
+    return release
+
+
 def v_read_source(a, release, good):  # no solution: the instructor's and classmates' solutions, run
     for c in _solution_cells(release):
         c.source = READ_SOURCE
@@ -499,7 +565,7 @@ STUDENTS: dict[str, Variant] = {
     "hardcoded": v_hardcoded, "stderr": v_stderr, "memory_hog": v_memory_hog, "invalid_json": v_invalid_json,
     "missing": v_missing, "colab": v_colab, "stripped": v_stripped,
     "transformer": v_transformer, "equals_anything": v_equals_anything, "toolkit": v_toolkit,
-    "read_source": v_read_source, "write_files": v_write_files, "signal": v_signal,
+    "read_source": v_read_source, "adapter": v_adapter, "write_files": v_write_files, "signal": v_signal,
     "signal_next": v_correct, "flood": v_flood, "fork_bomb": v_fork_bomb,
     "roofline_slip": v_roofline_slip,
     "fusion_slip": v_fusion_slip,
@@ -508,6 +574,7 @@ STUDENTS: dict[str, Variant] = {
     "quantize_slip": v_quantize_slip, "profiling_slip": v_profiling_slip,  # assignments 6 and 8
     "memory_kv_slip": v_memory_kv_slip,
     "serving_queue_slip": v_serving_queue_slip,
+    "beyond_one_chip_slip": v_beyond_one_chip_slip,
 }
 ATTACKS_WITHOUT_WORK = ("transformer", "equals_anything", "toolkit", "read_source")
 ATTACKS_WITH_WORK = ("write_files", "signal", "flood")  # signal_next: graded right after signal
@@ -517,7 +584,7 @@ ALL = course.ASSIGNMENTS
 TARGETS = {"correct": ALL, "blank": ALL, "wrong": ALL, "raises": ("batching",), "stderr": ("batching",),
            **dict.fromkeys(("infinite_loop", "sigint_loop", "edited_tests", "hardcoded", "missing", "colab",
                             "stripped", "fork_bomb"), ("latency_budget",)),
-           "memory_hog": ("bandwidth_precision",), "invalid_json": ("quiz",),
+           "memory_hog": ("bandwidth_precision",), "invalid_json": ("quiz",), "adapter": tuple(ADAPTERS),
            **{name: ATTACKED for name in (*ATTACKS_WITHOUT_WORK, *ATTACKS_WITH_WORK, "signal_next")},
            **{f"{a}_slip": (a,) for a in ALL if a != "latency_budget"}}  # latency_budget: the samples above
 FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "quiz": 10.0,
@@ -525,7 +592,8 @@ FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "qu
         "fusion": 11.0,
         "quantize": 12.0, "profiling": 10.0,  # assignments 6 and 8
         "memory_kv": 10.0,
-        "serving_queue": 11.0}
+        "serving_queue": 11.0,
+        "beyond_one_chip": 11.0}
 # (student, assignment) -> (score, status) the grader must give.
 EXPECTED = {
     **{("correct", a): (FULL[a], "ok") for a in ALL},
@@ -535,10 +603,12 @@ EXPECTED = {
     # a classmate's answers: this student's draw has other questions or other numbers in every group
     ("quiz_slip", "quiz"): (0.0, "ok"),
     ("raises", "batching"): (6.0, "ok"),  # only the flattening part (2) raises
-    ("infinite_loop", "latency_budget"): (9.0, "ok"),  # the two cells where nothing fits time out (1 + 2)
-    ("sigint_loop", "latency_budget"): (9.0, "ok"),  # same, the kernel is restarted instead of interrupted
+    # the two cells where nothing fits time out: "nothing fits" (3, with the bad input) and the model (2)
+    ("infinite_loop", "latency_budget"): (7.0, "ok"),
+    ("sigint_loop", "latency_budget"): (7.0, "ok"),  # same, the kernel is restarted instead of interrupted
     ("edited_tests", "latency_budget"): (9.0, "ok"),  # tests restored: "<" loses on-budget (1) and model (2)
-    ("hardcoded", "latency_budget"): (1.0, "ok"),  # only "nothing fits" (its default answer) survives
+    # its default answer is "nothing fits", but that part also checks the bad input it lets through
+    ("hardcoded", "latency_budget"): (0.0, "ok"),
     ("stderr", "batching"): (8.0, "ok"),
     ("memory_hog", "bandwidth_precision"): (6.0, "ok"),  # MemoryError in Part 3 only
     ("invalid_json", "quiz"): (0.0, "invalid notebook"),
@@ -546,12 +616,16 @@ EXPECTED = {
     ("colab", "latency_budget"): (12.0, "ok"),
     ("stripped", "latency_budget"): (12.0, "ok"),
     **{(name, a): (0.0, "ok") for name in ATTACKS_WITHOUT_WORK for a in ATTACKED},
+    # glue around the toolkit's own functions: a grading kernel's toolkit has none of them
+    **{("adapter", a): (0.0, "ok") for a in ADAPTERS},
     **{(name, a): (FULL[a], "ok") for name in (*ATTACKS_WITH_WORK, "signal_next") for a in ATTACKED},
     ("fork_bomb", "latency_budget"): (12.0, "ok"),
     # roofline (11): GEMM without C's write loses gemm (1) and real chips (2, its GEMM cases)
     ("wrong", "roofline"): (8.0, "ok"),
-    # roofline: the KV cache counted once loses attention (2) and real chips (2, its attention cases)
-    ("roofline_slip", "roofline"): (7.0, "ok"),
+    # roofline: the KV cache counted once loses attention (3, its bad-input checks with it) and real chips
+    # (2, its attention cases)
+    ("roofline_slip", "roofline"): (6.0, "ok"),
+
     # fusion (11): unfused bytes without the writes lose unfused (2) and predicted times (1)
     ("wrong", "fusion"): (8.0, "ok"),
     # fusion: fusing across a two-consumer node loses fan-out (2) and epilogues (2, two_matmuls' scale)
@@ -571,18 +645,23 @@ EXPECTED = {
     # assignment 8 (profiling), 10 points: serial time 1, overlap time 2, hotspot 2, Amdahl 2, bound 1, fix 2
     ("wrong", "profiling"): (5.0, "ok"),  # summed durations lose overlapping time, hotspot, bound (2+2+1)
     ("profiling_slip", "profiling"): (7.0, "ok"),  # the fraction inverted loses Amdahl and the bound (2+1)
-    # memory_kv (10): no headroom loses the largest batch (2), "fits only without the headroom" (1) and
-    # the table (2)
-    ("wrong", "memory_kv"): (5.0, "ok"),
-    # n_heads for n_kv_heads keeps MHA's cache (1), "nothing fits" (1) and bad input (1); GQA's cache, the
-    # totals, the largest batch and the table are wrong
-    ("memory_kv_slip", "memory_kv"): (3.0, "ok"),
+    # memory_kv (10): no headroom loses the largest batch (4: with "nothing fits" and bad input) and the
+    # table (2)
+    ("wrong", "memory_kv"): (4.0, "ok"),
+    # n_heads for n_kv_heads keeps MHA's cache (1); GQA's cache, the totals, the largest batch and the
+    # table are wrong
+    ("memory_kv_slip", "memory_kv"): (1.0, "ok"),
     # serving_queue (11): not waiting for the batch before loses queueing (2), largest within (2) and none
     # within (1)
     ("wrong", "serving_queue"): (6.0, "ok"),
     # the p99 one rank too high loses the percentile (2), the edge of exactly 100 values (1) and largest
     # within (2: its p99 is returned); "none within" holds (a higher p99 is over the budget too)
     ("serving_queue_slip", "serving_queue"): (6.0, "ok"),
+    # beyond_one_chip (11): the KV cache split over all tp chips, not min(tp, KV heads), loses the copied KV
+    # heads (1), the TP degree (1) and "none fits" (1; each has a case past the KV heads), the decode step (2)
+    ("wrong", "beyond_one_chip"): (6.0, "ok"),
+    # the ring all-reduce with each byte sent once loses both all-reduce parts (1 + 1) and the decode step (2)
+    ("beyond_one_chip_slip", "beyond_one_chip"): (7.0, "ok"),
 }
 
 

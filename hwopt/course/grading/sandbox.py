@@ -1,15 +1,20 @@
 """The grading sandbox: each grading kernel runs under bubblewrap (Linux), seeing its own folder only.
 
 Inside: no network (its own network namespace), its own PID namespace (it can neither see nor signal the
-grader or other kernels), the Python environment and the toolkit read-only, and a private writable copy of
-its submission folder, thrown away afterwards. source/, the gradebook, other submissions, the instructor
-secret and the home directory are not there. Run as root, the sandbox drops to an unprivileged uid first, so
+grader or other kernels), the Python environment read-only, the toolkit as grading.toolkit shows it (its
+tables, none of its cost models), and its submission folder read-only at kernel.SUBMISSION, which the launcher
+copies into its working folder /tmp/<assignment>. /tmp is a tmpfs of the SCRATCH_MB setting: the folder's copy
+and any file the kernel writes share it, in memory, thrown away with the sandbox. source/, the gradebook,
+other submissions, the instructor secret and the home directory are not there. The kernel's stdin, stdout
+and stderr are /dev/null: it talks to the grader only through its Jupyter sockets, never into the grader's
+log. Run as root, the sandbox drops to an unprivileged uid first, so
 that the process limit holds (Linux does not count root's processes). Each grading process has a uid of its
 own (sandbox_uid): Linux counts that limit per uid, so parallel graders sharing one (``nobody``) would let a
 fork bomb in one submission starve the kernels of every other grader.
 
 The kernel talks to the grader over Unix sockets (jupyter_client's ipc transport) in a directory of its own,
-shared with the grader and no other kernel. Where no sandbox can start (macOS, Windows, no bubblewrap, no
+shared with the grader and no other kernel; grading as root, the kernel may create files there only until its
+sockets are bound (seal_run_dir). Where no sandbox can start (macOS, Windows, no bubblewrap, no
 user namespaces), starting a kernel fails with a message naming what is missing, unless the instructor
 allows unsandboxed grading explicitly (the UNSANDBOXED setting); the grading report then says so.
 """
@@ -28,7 +33,7 @@ import time
 from pathlib import Path
 from queue import Empty
 
-from hwopt.course.grading import settings
+from hwopt.course.grading import kernel, sandbox_diagnosis, settings, toolkit
 
 # Sandbox uids as root: SANDBOX_UID_BASE + the grading process's pid, one uid (and gid) per live grading
 # process, with no account. 0x70000000.. is a range that neither distributions nor systemd allocate
@@ -95,26 +100,40 @@ def sandbox_uid(pid: int | None = None) -> int:
     return SANDBOX_UID_BASE + pid
 
 
-def bwrap_argv(kernel_argv: list[str], *, run_dir: Path, work_dir: Path, cwd: Path,
-               environ: dict[str, str], uid: int | None = None) -> list[str]:
-    """The command that runs kernel_argv sandboxed; work_dir (a private copy) appears at cwd inside.
+def working_folder(cwd: Path) -> Path:
+    """Where a kernel started in cwd (its submission folder on the host) works inside the sandbox."""
+    return Path("/tmp") / Path(cwd).name
 
-    As root the kernel runs as uid (default: sandbox_uid()); as a user, bubblewrap's user namespace gives
-    each sandbox its own count of processes already, and uid is not used.
+
+def bwrap_argv(kernel_argv: list[str], *, run_dir: Path, work_dir: Path, cwd: Path,
+               environ: dict[str, str], uid: int | None = None, toolkit_view: Path | None = None,
+               scratch_mb: float | None = None) -> list[str]:
+    """The command that runs kernel_argv sandboxed, in working_folder(cwd), with work_dir (the submission)
+    read-only at kernel.SUBMISSION.
+
+    /tmp is a tmpfs of scratch_mb MiB (default: the SCRATCH_MB setting); toolkit_view (grading.toolkit) is
+    what the kernel sees at the toolkit's path (None: the toolkit itself). As root the kernel runs as uid
+    (default: sandbox_uid()); as a user, bubblewrap's user namespace gives each sandbox its own count of
+    processes already, and uid is not used.
     """
     as_root = os.geteuid() == 0  # root mounts, then drops to uid; a user needs a user namespace
+    scratch_mb = settings.positive_number(settings.SCRATCH_MB, environ) if scratch_mb is None else scratch_mb
     unshare = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
     argv = ["bwrap", *(unshare if as_root else ["--unshare-all"]), "--die-with-parent", "--new-session",
             "--hostname", "grader", *system_mounts(), "--proc", "/proc", "--dev", "/dev",
-            "--perms", "1777", "--tmpfs", "/tmp"]
+            "--perms", "1777", "--size", str(int(scratch_mb * 2**20)), "--tmpfs", "/tmp"]
     bound = environment_paths()
-    parents = {p for path in [*bound, cwd, run_dir] for p in path.parents} - {Path("/"), Path("/tmp")}
+    folder = working_folder(cwd)
+    parents = {p for path in [*bound, run_dir, Path(kernel.SUBMISSION)] for p in path.parents} - {Path("/"),
+                                                                                          Path("/tmp")}
     for parent in sorted(parents):
         argv += ["--perms", "0755", "--dir", str(parent)]  # traversable by the sandbox's uid, unlike /root
     for path in bound:
         argv += ["--ro-bind", str(path), str(path)]
-    argv += ["--bind", str(run_dir), str(run_dir), "--bind", str(work_dir), str(cwd), "--chdir", str(cwd),
-             "--clearenv"]
+    if toolkit_view is not None:
+        argv += ["--ro-bind", str(toolkit_view), str(installed_toolkit())]
+    argv += ["--bind", str(run_dir), str(run_dir), "--ro-bind", str(work_dir), kernel.SUBMISSION,
+             "--perms", "0777", "--dir", str(folder), "--chdir", str(folder), "--clearenv"]
     for name, value in sandbox_environment(environ).items():
         argv += ["--setenv", name, value]
     if as_root:
@@ -151,26 +170,27 @@ def why_unavailable() -> str | None:
         except (OSError, subprocess.TimeoutExpired) as err:
             return f"bubblewrap could not start a sandbox ({err})"
     if out.returncode != 0:
-        return (f"bubblewrap could not start a sandbox ({out.stderr.strip()[:200]}); it needs unprivileged "
-                "user namespaces (a container may forbid them)")
+        return sandbox_diagnosis.diagnose(out.stderr)  # names seccomp, AppArmor, user namespaces, /proc masks
     return None
 
 
-def private_copy(folder: Path, run_dir: Path) -> Path:
-    """A copy of the submission folder inside run_dir: what the kernel may read and write."""
-    work = run_dir / "work"
-    shutil.copytree(folder, work, symlinks=True)
-    return work
-
-
 def hand_to_sandbox_user(run_dir: Path, uid: int | None = None) -> None:
-    """Give run_dir (connection file, sockets, the private copy) to uid (default: sandbox_uid()) when root."""
+    """Give run_dir (connection file, sockets) to uid (default: sandbox_uid()) when root: the kernel binds its
+    sockets there."""
     if os.geteuid() != 0:
         return
     uid = sandbox_uid() if uid is None else uid
     for root, dirs, files in os.walk(run_dir):
         for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
             os.lchown(name, uid, uid)
+
+
+def seal_run_dir(run_dir: Path) -> None:
+    """Once a kernel has bound its sockets: run_dir back to root (when root), so that the kernel can create no
+    file in it (the sockets it made stay usable). A user's kernel has the user's own uid: nothing to do."""
+    if os.geteuid() == 0 and run_dir is not None:
+        os.chown(run_dir, 0, 0)
+        os.chmod(run_dir, 0o755)
 
 
 # ---- the kernel manager nbclient uses for grading (JudgedExecute selects it) ---------------------------
@@ -271,13 +291,20 @@ class SandboxedKernelManager(AsyncKernelManager):
             self.log.warning("Grading WITHOUT a sandbox: %s", reason)
             return cmd
         cwd = Path(self._launch_args.get("cwd") or os.getcwd()).resolve()
-        work = self.run_dir / "work"
-        if work.exists():  # a restart starts from the submission again
-            shutil.rmtree(work)
-        private_copy(cwd, self.run_dir)
-        hand_to_sandbox_user(self.run_dir, self.uid)
+        hand_to_sandbox_user(self.run_dir, self.uid)  # again on a restart: the kernel binds its sockets anew
         env = {**os.environ, **(self._launch_args.get("env") or {}), **(self.kernel_spec.env or {})}
-        return bwrap_argv(cmd, run_dir=self.run_dir, work_dir=work, cwd=cwd, environ=env, uid=self.uid)
+        return bwrap_argv(cmd, run_dir=self.run_dir, work_dir=cwd, cwd=cwd, environ=env, uid=self.uid,
+                          toolkit_view=toolkit.view(installed_toolkit()))
+
+    async def _async_launch_kernel(self, kernel_cmd: list[str], **kw) -> None:
+        # The kernel's standard streams are /dev/null: it cannot read, flood or forge the grader's log.
+        kw.update(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        await super()._async_launch_kernel(kernel_cmd, **kw)
+
+    def seal_run_dir(self) -> None:
+        """Once the kernel answers (its sockets bound): it can create no more files in its run_dir."""
+        if self.sandboxed:
+            seal_run_dir(self.run_dir)
 
     async def _async_wait(self, pollinterval: float = 0.1) -> None:
         # Until a kernel it killed is gone, jupyter_client sleeps in steps of 0.1 s; the sandbox goes in ms.

@@ -51,6 +51,14 @@ MAX_PROCESSES = Setting(
 THREADS = Setting(
     "HWOPT_GRADER_THREADS", "1", "threads",
     "threads of torch, numpy and MKL in each grading kernel, however the class is graded", kernel=True)
+NOTEBOOK_TIMEOUT_S = Setting(
+    "HWOPT_GRADER_NOTEBOOK_TIMEOUT_S", "300", "seconds",
+    "how long one notebook may take in all (cells, restarts and re-runs): the cells not reached by then are "
+    "not run, their parts score 0 and the report says so")
+SCRATCH_MB = Setting(
+    "HWOPT_GRADER_SCRATCH_MB", "256", "MiB",
+    "writable space of each grading kernel, in memory: its folder's private copy and /tmp together (also the "
+    "largest file it may write)", kernel=True)
 UNSANDBOXED = Setting(
     "HWOPT_GRADER_UNSANDBOXED", "0", "flag (1, true, yes)",
     "grade without the sandbox where none can start (student code then runs with your rights); the report "
@@ -60,7 +68,8 @@ DB_URL = Setting(
     "the gradebook; unset: SQLite in the course folder's gradebook.db (one writer at a time: parallel "
     "grading needs a server, postgresql://user@host/db)")
 
-SETTINGS = (SECRET, SECRET_FILE, TIMEOUT_S, MEMORY_GB, CPU_S, MAX_PROCESSES, THREADS, UNSANDBOXED, DB_URL)
+SETTINGS = (SECRET, SECRET_FILE, TIMEOUT_S, NOTEBOOK_TIMEOUT_S, MEMORY_GB, CPU_S, MAX_PROCESSES, SCRATCH_MB,
+            THREADS, UNSANDBOXED, DB_URL)
 KERNEL_SETTINGS = tuple(s for s in SETTINGS if s.kernel)
 
 

@@ -8,23 +8,27 @@ deleted are noted (nbgrader restores them). Every feedback page is searched for 
 from __future__ import annotations
 
 import html
+import os
 import re
 from pathlib import Path
 
 import nbformat
 
-from hwopt.course.grading import course
+from hwopt.course.grading import course, intake
 from hwopt.course.grading.notebooks import hidden_region
 
 MIN_HIDDEN_LINE_CHARS = 13  # shorter hidden lines ("return [", "])") say nothing and appear anywhere
 
 
 def check_notebook(path: Path) -> str | None:
-    """Why a submitted notebook cannot be graded (missing, not JSON, not a notebook), or None if it can."""
-    if not path.exists():
+    """Why a submitted notebook cannot be graded (missing, not JSON, not a notebook), or None if it can.
+
+    It is read without following a link (grading.intake.read_regular; the intake refuses links first anyway).
+    """
+    if not os.path.lexists(path):
         return "missing notebook"
     try:
-        nbformat.validate(nbformat.read(path, as_version=4))
+        nbformat.validate(nbformat.reads(intake.read_regular(path).decode(), as_version=4))
     except Exception as err:  # not JSON, not UTF-8, not a notebook, an unknown nbformat version, ...
         return f"invalid notebook ({type(err).__name__}: {str(err).splitlines()[0][:80]})"
     return None

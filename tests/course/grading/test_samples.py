@@ -1,8 +1,14 @@
 """course.grading.samples: every sample submission builds from the current source/ and release/."""
 
-import nbformat
+import contextlib
+import io
 
-from hwopt.course.grading import course, samples
+import nbformat
+import pytest
+
+from hwopt.course.grading import collect, course, judge, samples
+from hwopt.course.grading.course import ROOT
+from hwopt.course.grading.plugins import load_reference
 
 
 def test_every_sample_builds_a_submission_for_every_assignment(tmp_path):
@@ -34,3 +40,34 @@ def test_the_quiz_is_solved_for_the_id_it_is_graded_under():
     answers = [next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "answers")
                for nb in (mine, theirs)]
     assert answers[0] != answers[1]
+
+
+def points_with_the_whole_toolkit(assignment: str) -> float:
+    """The adapter sample's points on an assignment when its kernel sees the whole toolkit (as the lessons
+    do): its cells run here, every grade cell judged on its hidden cases against the reference."""
+    nb, namespace = samples.submission("adapter", assignment), {}
+    for cell in nb.cells:
+        if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("grade"):
+            with contextlib.suppress(Exception), contextlib.redirect_stdout(io.StringIO()):
+                exec(cell.source, namespace)  # the release's unanswered cells raise NotImplementedError
+    ref = load_reference(ROOT / "source" / assignment / f"{assignment}.ipynb")
+    points = 0.0
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if not meta.get("grade"):
+            continue
+        right = True
+        for i, check in enumerate(ref.checks.get(meta["grade_id"], [])):
+            cases = judge.draw(check, judge.case_rng(b"adapter", assignment=assignment, notebook=assignment,
+                                                     grade_id=meta["grade_id"], student="adapter", index=i))
+            right &= not any(judge.judge_case(check, one, want, collect.outcome(check.call, one.variables,
+                                                                                  namespace))
+                             for one, want in zip(cases, ref.expected(check, cases), strict=True))
+        points += meta["points"] * right
+    return points
+
+
+@pytest.mark.parametrize("assignment", sorted(samples.ADAPTERS))
+def test_an_adapter_would_score_with_the_whole_toolkit_and_must_score_zero_graded(assignment):
+    assert points_with_the_whole_toolkit(assignment) > 0  # the sample attacks something real
+    assert samples.EXPECTED["adapter", assignment] == (0.0, "ok")  # grading kernels see none of it

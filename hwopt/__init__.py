@@ -31,7 +31,10 @@ modules import each other in a circle).
    speculative decoding), attention (naive vs fused vs tiled attention), launch_overhead (per-op overhead,
    CUDA graphs), distributed (groups of worker processes, always stopped), tensor_parallel_block (a
    Megatron-split block measured), pipeline_parallel (stages in processes, the bubble measured), moe_layer (a
-   routed MoE layer measured), parallel_summary (lesson 12's summary).
+   routed MoE layer measured), parallel_summary (lesson 12's summary); on the course's trained LLM:
+   llm_accuracy (perplexity and top-1 agreement per weight format), llm_quantization (W8A8, SmoothQuant,
+   AWQ, GPTQ by perplexity), gptq, llm_kv_cache (the KV cache in fewer bits), llm_speculative (speculative
+   decoding with the trained draft or prompt lookup).
 9. course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox, a class graded, the
    sample submissions, every grading setting; `python -m hwopt.course.grading`), exercises (what the
    assignments' visible tests share), colab, quiz (the practice quiz's bank and each student's draw from it),

@@ -58,8 +58,12 @@ from hwopt.experiments import (
     distributed,
     fake_quant,
     fusion,
+    gptq,
     launch_overhead,
     llm_accuracy,
+    llm_kv_cache,
+    llm_quantization,
+    llm_speculative,
     model_card,
     moe_layer,
     outliers,
@@ -563,11 +567,15 @@ def chunked_requests():
 
 @functools.cache
 def phase_runs() -> dict:
-    return {name: serving.simulate_chunked_prefill(*chunked_requests(), 4, 1.0, 0.5, 0.1, chunk)
+    return {name: serving.simulate_chunked_prefill(*chunked_requests(), 4, 1.0, 0.1, chunk)
             for name, chunk in (("whole prompts", None), ("chunks of 16", 16))}
 
 
 @functools.cache
+def llm_kv_rows() -> list:
+    return [{"variant": "KV fp16", "kv_bytes_per_value": 2.0, "perplexity": 60.0, "top1_agreement": 1.0}]
+
+
 def kv_rows() -> list:
     return prefill_decode.kv_quantization_error(decoder(), 4, ("int8",), 2)
 
@@ -716,6 +724,28 @@ def format_rows() -> list:
     return [{"precision": "fp32", "bytes_per_weight": 4.0, "perplexity": 10.0, "top1_agreement": 1.0}]
 
 
+@functools.cache
+def course_draft():
+    return llm_accuracy.load("draft")[0]
+
+
+def short_prompt() -> torch.Tensor:
+    return torch.tensor([[5, 6, 7, 5, 6]])
+
+
+def slice_row() -> dict:
+    return {"tokens": 1024, "seq_len": 512, "eval_set": "validation", "available_tokens": 4096}
+
+
+def calibration_tokens() -> torch.Tensor:
+    return torch.arange(32).view(2, 16) % 100
+
+
+@functools.cache
+def small_inputs() -> dict:
+    return llm_quantization.group_inputs(small_llama(), calibration_tokens())
+
+
 def within(module: str, calls: dict) -> dict:
     """The calls of one module, keyed 'module.name'."""
     return {f"{module}.{name}": c for name, c in calls.items()}
@@ -855,6 +885,8 @@ VALID: dict[str, Callable[[], Call]] = {
         "kv_crossover_context": lambda: call(phases.kv_crossover_context, shape(), 2, "fp16", "int8"),
         "kv_report": lambda: call(phases.kv_report, shape(), "fp16", (1, 16)),
         "phase_table": lambda: call(phases.phase_table, [shape()], 16, 32, 2, "fp16", 1e12, 20.0),
+        "serving_step_costs": lambda: call(phases.serving_step_costs, shape(), 20.0, 1e12, "fp16", 64,
+                                           "int8"),
     }),
     **within("cost.moe", {
         "expected_distinct_experts": lambda: call(moe.expected_distinct_experts, 32, 2, 8),
@@ -937,12 +969,19 @@ VALID: dict[str, Callable[[], Call]] = {
         "mixed_requests": lambda: call(serving.mixed_requests, 20, 10.0, 4, 64, 0.2, 4.0, 0,
                                        zero="long_fraction seed", bounded="long_fraction"),
         "simulate_chunked_prefill": lambda: call(serving.simulate_chunked_prefill, [0.0, 5.0], [8, 200],
-                                                 [20, 5], 4, 1.0, 0.5, 0.1, 16,
-                                                 zero="arrivals step_overhead_ms"),
+                                                 [20, 5], 4, 1.0, 0.1, 16, 0.5, 0.2,
+                                                 zero="arrivals weight_read_ms kv_read_per_seq_ms "
+                                                      "step_overhead_ms"),
+        "mixed_step_ms": lambda: call(serving.mixed_step_ms, 4, 16, 1.0, 0.1, 0.5, 0.2,
+                                      zero="decoding prefill_tokens weight_read_ms kv_read_per_seq_ms "
+                                           "step_overhead_ms"),
+        "tokens_at_ridge": lambda: call(serving.tokens_at_ridge, 1.0, 0.01, 4, 0.1,
+                                        zero="weight_read_ms decoding kv_read_per_seq_ms"),
         "PhaseLatencyStats.percentile": lambda: call(phase_runs()["whole prompts"].percentile, "tpot", 99.0,
                                                      zero="q", bounded="q"),
-        "chunked_prefill_explorer": lambda: call(serving.chunked_prefill_explorer, 1.0, 0.5, 0.1,
-                                                 chunked_requests(), 4, zero="step_overhead_ms",
+        "chunked_prefill_explorer": lambda: call(serving.chunked_prefill_explorer, 1.0, 0.1,
+                                                 chunked_requests(), 4, 0.5, 0.2,
+                                                 zero="weight_read_ms kv_read_per_seq_ms step_overhead_ms",
                                                  opaque="requests"),
         "plot_phase_latencies": lambda: call(serving.plot_phase_latencies, phase_runs()),
         "arrivals_ms": lambda: call(serving.arrivals_ms, 100.0, 50, 1, zero="seed"),
@@ -1421,7 +1460,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "predicted_slowdowns": lambda: call(prefill_decode.predicted_slowdowns, decoder(), (4, 8), 2, "cpu"),
         "context_steps": lambda: call(prefill_decode.context_steps, decoder(), (4, 8), 2, "cpu"),
         "decode_vs_context": lambda: call(prefill_decode.decode_vs_context, decoder(), (4, 8), 2, "cpu", 1),
-        "context_report": lambda: call(prefill_decode.context_report, context_sweep(), 20.0),
+        "context_report": lambda: call(prefill_decode.context_report, context_sweep(), 20.0, 1e11),
         "plot_decode_vs_context": lambda: call(prefill_decode.plot_decode_vs_context, context_sweep()),
         "quantize_kv": lambda: call(prefill_decode.quantize_kv, torch.randn(2, 3, 8), "int8",
                                     signed="tensor"),
@@ -1430,7 +1469,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "kv_precision_table": lambda: call(prefill_decode.kv_precision_table, kv_rows(), opaque="rows"),
         "serving_costs": lambda: call(prefill_decode.serving_costs, phase_times(), context_sweep()),
         "lesson_summary": lambda: call(prefill_decode.lesson_summary, phase_times(), context_sweep(),
-                                       kv_rows(), phase_runs(), opaque="kv_rows"),
+                                       llm_kv_rows(), phase_runs(), opaque="kv_rows"),
     }),
     **within("machine.toolchain", {
         "c_compiler": lambda: call(toolchain.c_compiler, "gcc", text="cc"),
@@ -1552,6 +1591,8 @@ VALID: dict[str, Callable[[], Call]] = {
         "fake_quantize": lambda: call(quantization.fake_quantize, weight(), "mxfp4", block=8,
                                       per_channel=False, symmetric=True, axis=0, signed="x axis",
                                       zero="axis"),
+        "round_to_scales": lambda: call(quantization.round_to_scales, weight(), torch.full((8, 1), 0.1),
+                                        "int4", signed="x"),
         "Quantized.dequantize": lambda: call(quantization.quantize(weight(), "nvfp4").dequantize),
         "Quantized.steps": lambda: call(quantization.quantize(weight(), "int4_g32").steps),
         "Quantized.numpy": lambda: call(quantization.quantize(weight(), 4, symmetric=False).numpy),
@@ -1566,6 +1607,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "Llama": lambda: call(llama.Llama, small_config()),
         "Llama.parameter_count": lambda: call(small_llama().parameter_count, True),
         "Llama.new_cache": lambda: call(small_llama().new_cache, 1, 16),
+        "Llama.rotary": lambda: call(small_llama().rotary, 0, 8, torch.float32, "cpu", zero="start"),
         "Llama.generate": lambda: call(small_llama().generate, torch.tensor([[1, 2, 3]]), 2, temperature=0.0,
                                        seed=0, zero="tokens temperature seed"),
     }),
@@ -1574,6 +1616,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "documents": lambda: call(corpus.documents, str(source_folder())),
         "is_validation": lambda: call(corpus.is_validation, "json", text="module"),
         "split": lambda: call(corpus.split, documents()),
+        "calibration_documents": lambda: call(corpus.calibration_documents, documents(), 100, 10_000),
         "manifest": lambda: call(corpus.manifest, documents(), []),
         "write_validation": lambda: call(corpus.write_validation, documents(), TMP / "written.txt"),
         "read_validation": lambda: call(corpus.read_validation, validation_file()),
@@ -1637,6 +1680,55 @@ VALID: dict[str, Callable[[], Call]] = {
         "table": lambda: call(llm_accuracy.table, "draft", ["fp32"], seq_len=32, max_windows=1, cache=False,
                               progress=False),
         "plot_frontier": lambda: call(llm_accuracy.plot_frontier, format_rows()),
+        "evaluate_variant": lambda: call(llm_accuracy.evaluate_variant, "draft", "fp32 again",
+                                         lambda net: (net, 4.0), seq_len=32, max_windows=1, batch_size=1,
+                                         device="cpu", cache=False, progress=False, text="variant"),
+        "describe_slice": lambda: call(llm_accuracy.describe_slice, [slice_row()]),
+        "frontier": lambda: call(llm_accuracy.frontier, format_rows()),
+    }),
+    **within("experiments.llm_kv_cache", {
+        "quantized_kv": lambda: call(llm_kv_cache.quantized_kv, small_llama(), "int4", "per-channel"),
+        "kv_bytes_per_value": lambda: call(llm_kv_cache.kv_bytes_per_value, "int8", 64, "per-token"),
+        "evaluate_kv": lambda: call(llm_kv_cache.evaluate_kv, "draft", "int8", "per-channel", seq_len=32,
+                                    max_windows=1, cache=False, progress=False),
+        "kv_table": lambda: call(llm_kv_cache.kv_table, [{**slice_row(), **llm_kv_rows()[0]}], opaque="rows"),
+    }),
+    **within("experiments.llm_speculative", {
+        "prompt_lookup": lambda: call(llm_speculative.prompt_lookup, [1, 2, 3, 1, 2], 2, 2, zero="history"),
+        "speculative_generate": lambda: call(llm_speculative.speculative_generate, course_draft(),
+                                             short_prompt(), 4, 2, "draft", course_draft(), 2, zero="prompt"),
+        "checked_run": lambda: call(llm_speculative.checked_run, course_draft(), short_prompt(), 4, 2,
+                                    "prompt-lookup", None, zero="prompt"),
+        "validation_prompt": lambda: call(llm_speculative.validation_prompt, "draft", 8, 0, zero="offset"),
+        "step_costs": lambda: call(llm_speculative.step_costs, course_draft(), course_draft(), 8, 2, 1),
+        "compare_generation": lambda: call(llm_speculative.compare_generation, course_draft(), course_draft(),
+                                           short_prompt(), 2, 1, 1, zero="prompt"),
+        "Run.acceptance_by_position": lambda: call(llm_speculative.speculative_generate(
+            course_draft(), short_prompt(), 4, 2, "prompt-lookup").acceptance_by_position),
+    }),
+    **within("experiments.gptq", {
+        "hessian": lambda: call(gptq.hessian, weight(), signed="x"),
+        "gptq_quantize": lambda: call(gptq.gptq_quantize, weight(), gptq.hessian(weight()), "int4", 8,
+                                      0.01, signed="w h"),
+    }),
+    **within("experiments.llm_quantization", {
+        "calibration_windows": lambda: call(llm_quantization.calibration_windows, "draft", 1),
+        "group_inputs": lambda: call(llm_quantization.group_inputs, small_llama(), calibration_tokens(),
+                                     zero="tokens"),
+        "outlier_rows": lambda: call(llm_quantization.outlier_rows, small_inputs(), 6.0, signed="inputs"),
+        "outlier_report": lambda: call(llm_quantization.outlier_report,
+                                       llm_quantization.outlier_rows(small_inputs()), 6.0, zero="rows"),
+        "plot_outliers": lambda: call(llm_quantization.plot_outliers,
+                                      llm_quantization.outlier_rows(small_inputs()), zero="rows"),
+        "w8a8": lambda: call(llm_quantization.w8a8, small_llama(), "smoothquant", calibration_tokens(), 0.5,
+                             8, zero="alpha calibration"),
+        "weight_only": lambda: call(llm_quantization.weight_only, small_llama(), "int4_g32", "gptq",
+                                    calibration_tokens(), 4, zero="calibration"),
+        "evaluate_w8a8": lambda: call(llm_quantization.evaluate_w8a8, "draft", "per-token", 0.5, 8,
+                                      seq_len=32, max_windows=1, cache=False, progress=False, zero="alpha"),
+        "evaluate_weight_only": lambda: call(llm_quantization.evaluate_weight_only, "draft", "int4_g128",
+                                             "rtn", 4, seq_len=32, max_windows=1, cache=False,
+                                             progress=False),
     }),
     **within("experiments.model_card", {
         "measure": lambda: call(model_card.measure, 4, False, run_valid=False),
@@ -1693,6 +1785,7 @@ VALID: dict[str, Callable[[], Call]] = {
 EXCLUDED: dict[str, str] = {
     "experiments.speculative_decoding.SpeculativeRun": "a result of speculative_generate",
     "experiments.speculative_decoding.StepCosts": "a result of measure_step_costs",
+    "experiments.llm_speculative.Run": "a result of llm_speculative.speculative_generate",
     # The model's own layers: built by Llama from a checked LlamaConfig, run (and traced for ONNX) on every
     # step; Llama.generate and the evaluation functions check what reaches them.
     "models.llama.Llama.forward": "every decode step and the ONNX trace; generate and measure check inputs",

@@ -93,7 +93,7 @@ from hwopt.models import (
 CALL_LIMIT_S = 2.0  # a bad value must be refused within this time
 VALID_LIMIT_S = 20.0  # the valid call of each function
 EXAMPLES = 4  # hypothesis examples per parameter, beyond the fixed bad values
-TMP = Path(tempfile.mkdtemp(prefix="hwopt-bad-input-"))
+TMP = Path(tempfile.mkdtemp(prefix="bad-input-"))  # in the session's own folder, which is removed at its end
 pytestmark = pytest.mark.filterwarnings("ignore::hwopt.machine.bench.NoisyMeasurementWarning")
 
 

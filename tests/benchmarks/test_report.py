@@ -1,61 +1,17 @@
-"""The performance report's harness: verdicts, ratio rows, schema, Markdown, plots (fake measurements), and a
-smoke test of the C reference kernels at a tiny size."""
+"""benchmarks.report: verdicts, ratio rows, the schema, Markdown, plots and the grading goal's rows (fake
+measurements); the committed reference is what the harness renders."""
 
 import json
-import shutil
 from pathlib import Path
 
 import jsonschema
-import numpy as np
 import pytest
-import torch
 
-from benchmarks import course, effects, fidelity, figures, native, parallelism, report
-from benchmarks.__main__ import measured_probe
-from hwopt.experiments import decode, tensor_parallel_block
-from hwopt.kernels import lowbit_gemv
-from hwopt.machine import probe
-from hwopt.machine.bench import Measurement
+from benchmarks import figures, report
+from tests.benchmarks.support import fake_doc, m, rate
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def m(label, times):
-    return Measurement(label, tuple(times))
-
-
-def rate(label="probe", values=(9.0, 10.0, 11.0), unit="GB/s"):
-    return report.rate_stats(label, values, unit)
-
-
-def fake_doc(**changes):
-    slow, fast = m("fp32", [4e-3, 5e-3, 6e-3]), m("int8", [1e-3, 1e-3, 2e-3])
-    rows = [report.speedup_row("int8 / fp32", slow, fast, goal=2.5, note="decode GEMV"),
-            report.unavailable_row("fused / unfused", "fusion is not in the toolkit", goal=2.0)]
-    triad = rate("triad", (11.0, 12.0))
-    fid = [report.fidelity_row("bandwidth probe / STREAM Triad", rate(), triad, goal=0.9)]
-    doc = {
-        "schema_version": report.SCHEMA_VERSION, "mode": "quick", "started_utc": "2026-01-01 00:00 UTC",
-        "duration_s": 12.5, "command": "make bench ARGS=--quick", "machine": {"card": "CPU  test machine"},
-        "fidelity": {"rows": fid, "notes": ["2 threads"]}, "effects": {"rows": rows, "notes": []},
-        "course_cost": {
-            "notebooks": [report.notebook_row("notebooks/01_chips.ipynb", 30.0, "ok"),
-                          report.notebook_row("notebooks/02_x.ipynb", 120.0, "ok")],
-            "grading": {"available": True, "class_size": 2, "notebooks": 8, "total_s": 40.0,
-                        "s_per_notebook": 5.0, "cell_timeout_s": 10, "samples_covered": 2,
-                        "samples_total": 23},
-            "grading_honest": report.grading_row([1.0, 1.2, 1.1, 1.4], 5.0, 3.2, students=1),
-            "notes": []},
-        "scaling": {"bandwidth": [], "gemv": [], "notes": [],
-                    "grading": [{"class_size": 2, "notebooks": 8, "total_s": 40.0, "s_per_notebook": 5.0}]},
-        "noise": report.noise_summary(report.row_stats(rows + fid), ["UserWarning: careful"]),
-        "plots": {},
-    }
-    doc.update(changes)
-    return doc
-
-
-# ---------------------------------------------------------------- verdicts and rows
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "benchmarks" / "reference"
 
 
 @pytest.mark.parametrize(("ratio", "goal", "expected"), [
@@ -187,9 +143,6 @@ def test_many_warnings_of_one_kind_become_one_count_line():
         "NoisyMeasurementWarning: 4 distinct warnings, e.g. batch 1 is noisy", "UserWarning: once"]
 
 
-# ---------------------------------------------------------------- schema, Markdown, files
-
-
 def test_a_complete_document_fits_the_schema_and_survives_json():
     doc = json.loads(json.dumps(fake_doc()))
     assert report.validate(doc) is doc
@@ -295,9 +248,6 @@ def test_markdown_tells_the_honest_class_from_the_sample_mix():
     assert "### Grading time vs class size (the sample mix)" in md
 
 
-# ---------------------------------------------------------------- the grading goal
-
-
 def test_grading_row_takes_the_mean_from_the_wall_time_and_the_median_from_the_notebooks():
     row = report.grading_row([1.0, 3.0, 1.2], 6.0, 2.4, students=1)
     assert row["s_per_notebook"] == pytest.approx(2.0) and row["median_s_per_notebook"] == 1.2
@@ -363,212 +313,6 @@ def test_plots_are_drawn_for_sections_with_data(tmp_path):
     assert sorted(fig.axes[0].lines[-1].get_xdata()) == [0.7, 1.3, 2.0]  # the band's two ends, the floor
 
 
-# ---------------------------------------------------------------- effects and machine facts
-
-
-def test_need_names_the_missing_module_or_function():
-    with pytest.raises(effects.Unavailable, match="hwopt.no_such_module"):
-        effects.need("no_such_module")
-    with pytest.raises(effects.Unavailable, match="no_such_function"):
-        effects.need("machine.bench", "no_such_function")
-
-
-def test_effects_become_rows_even_when_lesson_code_is_missing_or_broken(monkeypatch):
-    fake_times = {"slow": [4.0, 5.0, 6.0], "fast": [1.0, 1.0, 2.0]}
-    monkeypatch.setattr(effects.bench, "compare", lambda fns, **kw: {k: m(k, fake_times[k]) for k in fns})
-
-    def fine(quick):
-        return effects.Setup({"slow": lambda: None, "fast": lambda: None},
-                             [effects.Comparison("ok", 1.5, ["slow"], ["fast"])])
-
-    def missing(quick):
-        raise effects.Unavailable("hwopt.experiments.fusion is not in the toolkit")
-
-    def broken(quick):
-        raise RuntimeError("kaputt")
-
-    section, _ = effects.measure(quick=True, effects=[(fine, [("ok", 1.5)]), (missing, [("missing", 2.0)]),
-                                                      (broken, [("broken", None)])])
-    ok, gone, bad = section["rows"]
-    assert ok["ratio"] == pytest.approx(5.0) and ok["verdict"] == report.MEETS
-    assert gone["verdict"] == report.UNAVAILABLE and "hwopt.experiments.fusion" in gone["note"]
-    assert bad["verdict"] == report.UNAVAILABLE and "kaputt" in bad["note"]
-
-
-def test_a_comparison_with_a_prediction_becomes_a_prediction_row(monkeypatch):
-    fake_times = {"long": [3.0, 3.0, 3.0], "short": [1.0, 1.0, 1.0]}
-    monkeypatch.setattr(effects.bench, "compare", lambda fns, **kw: {k: m(k, fake_times[k]) for k in fns})
-
-    def kv(quick):
-        return effects.Setup({"long": lambda: None, "short": lambda: None},
-                             [effects.Comparison("kv", (0.7, 1.3), ["long"], ["short"], predicted=6.0)])
-
-    section, _ = effects.measure(quick=True, effects=[(kv, [("kv", (0.7, 1.3))])])
-    (row,) = section["rows"]
-    assert row["ratio"] == pytest.approx(2.0) and row["verdict"] == report.BELOW
-
-
-def test_lesson_8_effects_are_declared_with_their_goals():
-    assert effects.PHASES[0][1] == 10.0 and effects.KV_BOUND[0][1] == (0.7, 1.3)
-    assert (effects.setup_phases, effects.PHASES) in effects.EFFECTS
-    assert (effects.setup_kv_bound, effects.KV_BOUND) in effects.EFFECTS
-def test_a_prediction_comparison_becomes_a_prediction_row_and_a_band_survives_unavailability(monkeypatch):
-    fake_times = {"plain": [4.0, 4.0, 4.0], "fast": [2.0, 2.0, 2.0]}
-    monkeypatch.setattr(effects.bench, "compare", lambda fns, **kw: {k: m(k, fake_times[k]) for k in fns})
-
-    def predicted(quick):
-        return effects.Setup({"plain": lambda: None, "fast": lambda: None},
-                             [effects.Comparison("p", (0.7, 1.3), ["plain"], ["fast"], predicted=2.2)])
-
-    def missing(quick):
-        raise effects.Unavailable("not here")
-
-    section, _ = effects.measure(quick=True, effects=[(predicted, [("p", (0.7, 1.3))]),
-                                                      (missing, [("q", (0.7, 1.3))])])
-    row, gone = section["rows"]
-    assert row["ratio"] == pytest.approx(1.1) and row["verdict"] == report.MEETS and row["goal"] == (0.7, 1.3)
-    assert gone["verdict"] == report.UNAVAILABLE and gone["goal"] == (0.7, 1.3)
-    names = [name for _, declared in effects.EFFECTS for name, *_ in declared]
-    assert {"SDPA / naive attention at 4k tokens", "speculative speedup predicted / measured"} <= set(names)
-def test_rows_against_stream_pair_each_round_with_its_own_stream_run(monkeypatch):
-    """Rounds of STREAM then the callables: the ratio is the median of per-round ratios (bytes moved / time
-    over that round's Triad), the best candidate is named, and tokens/s rows read it against a bound."""
-    triads = iter([10.0, 20.0, 10.0])  # GB/s: the machine's load changes between rounds
-    monkeypatch.setattr(effects, "stream_executable", lambda: Path("stream"))
-    monkeypatch.setattr(effects, "stream_triad_gbs", lambda quick: next(triads))
-    rounds = iter([{"a": [0.10, 0.12], "b": [0.2, 0.2]}, {"a": [0.05, 0.06], "b": [0.1, 0.1]},
-                   {"a": [0.10, 0.10], "b": [0.2, 0.2]}])
-    monkeypatch.setattr(effects.bench, "compare",
-                        lambda fns, **kw: {k: m(k, t) for k, t in next(rounds).items()})
-    setup = effects.Setup({"a": lambda: None, "b": lambda: None},
-                          [effects.Comparison("a / b", 1.5, ["b"], ["a"])],
-                          items={"a": 1, "b": 10},
-                          against_stream=[effects.AgainstStream("best / STREAM", 0.85, ["a", "b"], "fake"),
-                                          effects.AgainstStream("b / bound", 0.9, ["b"], unit="tokens/s")],
-                          bytes_moved={"a": 0.9e9, "b": 1e9})
-    speedup, vs_stream, vs_bound = effects.run_setup(setup, repeats=3)
-    assert speedup["candidate"]["repeats"] == 6  # both calls of every round
-    # a moves 0.9 GB in its best call of each round: 9, 18, 9 GB/s against 10, 20, 10 -> 0.9 every round
-    assert vs_stream["ratio"] == pytest.approx(0.9) and vs_stream["verdict"] == report.MEETS
-    assert vs_stream["ratio_q1"] == pytest.approx(0.9) and "best path: a" in vs_stream["note"]
-    assert "b 0.50" in vs_stream["note"]  # the other candidate's median ratio
-    # b: 10 tokens of 0.1 GB each in 0.2 s -> 50 tokens/s against a bound of 100 (Triad 10 GB/s)
-    assert vs_bound["candidate"]["unit"] == "tokens/s"
-    assert vs_bound["candidate"]["median"] == pytest.approx(50)
-    assert vs_bound["baseline"]["median"] == pytest.approx(100) and vs_bound["ratio"] == pytest.approx(0.5)
-    assert vs_bound["verdict"] == report.BELOW
-
-
-def test_without_a_compiler_the_rows_against_stream_say_so_and_the_others_are_measured(monkeypatch):
-    def no_compiler():
-        raise native.NativeUnavailable("no C compiler found (tried gcc)")
-
-    monkeypatch.setattr(effects, "stream_executable", no_compiler)
-    monkeypatch.setattr(effects.bench, "compare", lambda fns, **kw: {"a": m("a", [1.0]), "b": m("b", [2.0])})
-    setup = effects.Setup({"a": lambda: None, "b": lambda: None},
-                          [effects.Comparison("a / b", 1.5, ["b"], ["a"])],
-                          against_stream=[effects.AgainstStream("a / STREAM", 0.85, ["a"])],
-                          bytes_moved={"a": 1.0, "b": 1.0})
-    speedup, vs_stream = effects.run_setup(setup, repeats=1)
-    assert speedup["ratio"] == pytest.approx(2.0)
-    assert vs_stream["verdict"] == report.UNAVAILABLE and "no C compiler" in vs_stream["note"]
-
-
-def test_per_item_divides_each_repeat_by_the_items_per_call():
-    assert effects.per_item(m("b", [8.0, 16.0]), 8).times_s == (1.0, 2.0)
-    with pytest.raises(ValueError, match="items"):
-        effects.per_item(m("b", [1.0]), 0)
-
-
-def test_rows_timing_weights_that_fit_in_the_cache_give_no_verdict_on_memory(monkeypatch):
-    monkeypatch.setattr(effects, "_llc_bytes", lambda: 480 * 2**20)  # a server's cache: the lesson's cap wins
-    why = effects.in_cache(84e6, 1.5)
-    assert "no verdict on memory" in why and "(84 MB)" in why and "(480 MiB)" in why
-    monkeypatch.setattr(effects, "_llc_bytes", lambda: 32 * 2**20)  # 84 MB is 2.5x this cache
-    assert effects.in_cache(84e6, 1.5) == ""
-    # the row: measured and shown, but "not available" as a verdict, saying why
-    monkeypatch.setattr(effects, "stream_triad_gbs", lambda quick: 10.0)
-    monkeypatch.setattr(effects.bench, "compare", lambda fns, **kw: {k: m(k, [0.1, 0.1]) for k in fns})
-    rows = [effects.AgainstStream("cached", 0.5, ["a"], in_cache="no verdict on memory: why"),
-            effects.AgainstStream("from memory", 0.5, ["a"])]
-    setup = effects.Setup({"a": lambda: None}, [], against_stream=rows, bytes_moved={"a": 1e9})
-    _, lines = effects.run_against_stream(setup, rounds=2, quick=True)
-    assert [r["ratio"] for r in lines] == [pytest.approx(1.0)] * 2
-    assert [r["verdict"] for r in lines] == [report.UNAVAILABLE, report.MEETS]
-    assert lines[0]["note"].startswith("no verdict on memory: why")
-
-
-def test_where_the_lessons_stack_fits_in_the_cache_the_c_kernel_is_timed_on_a_stack_twice_the_cache(
-        monkeypatch):
-    if reason := lowbit_gemv.unavailable_reason():
-        pytest.skip(f"no C kernel here: {reason}")
-    monkeypatch.setattr(effects, "_llc_bytes", lambda: 2**20)
-    for precision in ("fp32", "int4"):
-        path, moved = effects.from_memory_path(decode, 256, precision)
-        assert path.precision == precision and path.weight_bytes >= 2 * 2**20
-        n_layers = int(path.label.rsplit(", ", 1)[1].split()[0])
-        assert path.weight_bytes == pytest.approx(n_layers * 256 * 256 * path.bytes_per_weight)
-        assert moved == path.weight_bytes + 2 * 4 * 256 * n_layers  # and each layer's input and output
-        assert path.fn().shape == (256,)
-    monkeypatch.setattr(lowbit_gemv, "unavailable_reason", lambda: "no C compiler")
-    assert effects.from_memory_path(decode, 256, "int8") is None
-
-
-def test_stream_arrays_are_sized_from_the_toolkits_cache_reader():
-    assert fidelity.stream_array_bytes(False, 32 * 2**20) == 8 * 32 * 2**20
-    assert fidelity.stream_array_bytes(True, 2**20) == 128 * fidelity.MB  # at least 128 MB
-    assert fidelity.stream_array_bytes(True, None) == 128 * 2**20  # unknown: 32 MiB assumed
-
-
-# ---------------------------------------------------------------- the C kernels
-
-
-def test_without_a_compiler_the_report_says_so_instead_of_failing(monkeypatch, tmp_path):
-    def no_compiler(cc=None):
-        raise native.NativeUnavailable("no C compiler found ('gcc' is not on PATH): C references skipped")
-
-    monkeypatch.setattr(native, "find_compiler", no_compiler)
-    monkeypatch.setattr(probe, "memory_bandwidth_gbs", lambda **kw: 20.0)
-    monkeypatch.setattr(probe, "matmul_flops", lambda *a, **kw: 1e11)
-
-    tiny = np.ones((8, 8), dtype=np.float32)
-    monkeypatch.setattr(fidelity, "_gemm_inputs", lambda n: (tiny, tiny, torch.ones(8, 8), torch.ones(8, 8)))
-    monkeypatch.setattr(fidelity.bench, "compare", lambda fns, **kw: {k: m(k, [0.1, 0.2]) for k in fns})
-    section, stats = fidelity.measure(tmp_path, quick=True, threads=1)
-    assert {s["label"] for s in stats} == {"bandwidth probe", "numpy sgemm", "torch sgemm", "FLOP/s probe"}
-    row = section["rows"][0]
-    assert row["verdict"] == report.UNAVAILABLE and "no C compiler" in row["note"]
-    assert not any("FMA" in r["name"] for r in section["rows"])
-    assert fidelity.bandwidth_sweep(tmp_path, quick=True, threads=1)[1][0].startswith("C STREAM curve not")
-
-
-
-def test_compile_kernel_rejects_unknown_kernels_and_missing_compilers(tmp_path):
-    with pytest.raises(ValueError, match="name"):
-        native.compile_kernel("dgemm", tmp_path)
-    with pytest.raises(native.NativeUnavailable, match="no C compiler"):
-        native.compile_kernel("stream", tmp_path, cc="no-such-cc-here")
-
-
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc: the report says so instead of measuring")
-def test_stream_and_fma_kernels_compile_and_run_at_a_tiny_size(tmp_path):
-    out = native.run_stream(native.compile_kernel("stream", tmp_path), 4096, 2, threads=1, inner=3)
-    assert out["threads"] == 1 and out["triad_bytes"] == 24 * 4096 and len(out["triad_s"]) == 2
-    assert all(t > 0 for t in out["copy_s"] + out["triad_s"])
-    fma = native.run_fma_peak(native.compile_kernel("fma_peak", tmp_path), 1000, 2, threads=1)
-    assert fma["flop"] > 0 and len(fma["times_s"]) == 2
-
-
-def test_the_machine_card_shows_the_probe_medians_of_section_one():
-    probe = measured_probe({"fidelity": {"rows": fake_doc()["fidelity"]["rows"] + [report.fidelity_row(
-        "FLOP/s probe / best sgemm", rate("p", (90.0, 100.0), "GFLOP/s"), rate("b", (110.0,), "GFLOP/s"))]}})
-    assert probe.bandwidth_gbs == 10.0 and probe.flops_by_precision == {"fp32": 95.0e9}
-    assert measured_probe({"fidelity": {"rows": []}}) is None
-
-
-REFERENCE = ROOT / "benchmarks" / "reference"
-
-
 def test_the_committed_reference_is_generated_not_hand_edited():
     doc = json.loads((REFERENCE / "report.json").read_text())
     assert doc.get("schema_version") == report.SCHEMA_VERSION, (
@@ -579,57 +323,6 @@ def test_the_committed_reference_is_generated_not_hand_edited():
     assert (REFERENCE / "report.md").read_text() == report.render_markdown(doc), \
         "report.md is not what report.json renders to: regenerate it, `make bench OUT=benchmarks/reference`"
     assert all((REFERENCE / name).is_file() for name in doc["plots"].values())
-
-
-def test_quick_mode_runs_the_assignments_and_skips_the_lessons(monkeypatch, tmp_path):
-    for path in ("notebooks/01_x.ipynb", "source/a/a.ipynb"):
-        (tmp_path / path).parent.mkdir(parents=True)
-        (tmp_path / path).write_text("{}")
-    monkeypatch.setattr(course, "ROOT", tmp_path)
-    monkeypatch.setattr(course, "course_notebooks", lambda: [tmp_path / "notebooks/01_x.ipynb",
-                                                             tmp_path / "source/a/a.ipynb"])
-    monkeypatch.setattr(course, "execute_notebook", lambda p, **kw: report.notebook_row(p.name, 1.0, "ok"))
-    rows, _ = course.measure_notebooks(quick=True)
-    assert [r["status"] for r in rows] == ["skipped", "ok"]
-
-
-@pytest.mark.parametrize("cpu", ["this CPU", "an AVX2-only CPU"])
-def test_the_decode_setup_checks_and_times_every_path_this_cpu_runs(cpu, monkeypatch):
-    """The report's decode section on a small stack, as this CPU runs it and as a CPU whose best path is AVX2
-    (where there is no wider path to set the AVX2 one against)."""
-    if cpu != "this CPU":
-        if reason := lowbit_gemv.unavailable_reason():
-            pytest.skip(f"no C kernel here: {reason}")
-        monkeypatch.setattr(effects.lowbit_gemv, "kernel_path", lambda lib=None: "avx2")
-    monkeypatch.setattr(effects, "DECODE_D_MODEL", 256)
-    monkeypatch.setattr(effects, "_llc_bytes", lambda: 2**20)
-    setup = effects.setup_decode(quick=True)
-    labels = set(setup.fns)
-    assert {"fp32", "int8", "int4"} <= {p for label in labels for p in ("fp32", "int8", "int4") if p in label}
-    assert any("AVX2 path" in label for label in labels) == (
-        cpu == "this CPU" and lowbit_gemv.unavailable_reason() is None and lowbit_gemv.kernel_path() != "avx2"
-        and "avx2" in lowbit_gemv.runnable_paths())
-    for label, fn in setup.fns.items():
-        assert np.all(np.isfinite(fn())), label
-    assert set(setup.bytes_moved) == labels
-    assert [c.name for c in setup.comparisons] == [name for name, _ in effects.DECODE[:2]]
-
-
-def test_the_c_kernels_avx2_path_is_timed_where_this_cpu_builds_a_wider_one():
-    if lowbit_gemv.unavailable_reason():
-        pytest.skip(f"the C kernel does not build here: {lowbit_gemv.unavailable_reason()}")
-    stack = decode.make_stack(256, 2)
-    paths = {k: p for k, p in decode.decode_paths(stack).items() if "C kernel" in k}
-    avx2 = effects.avx2_paths(stack, paths)
-    if lowbit_gemv.kernel_path() == "avx2" or "avx2" not in lowbit_gemv.runnable_paths():
-        assert avx2 == {}  # this CPU runs the AVX2 path already (or cannot run it)
-        return
-    assert sorted(avx2) == [f"{p} C kernel (AVX2 path)" for p in ("fp32", "int4", "int8")]
-    for label, path in avx2.items():
-        wide = paths[label.removesuffix(" (AVX2 path)")]
-        assert path.precision == wide.precision and path.weight_bytes == wide.weight_bytes
-        np.testing.assert_allclose(path.fn(), wide.fn(), rtol=1e-4, atol=1e-4)  # the same step
-    assert effects.avx2_paths(stack, {}) == {}
 
 
 def test_a_time_prediction_row_divides_the_predicted_median_by_the_measured_one():
@@ -645,22 +338,3 @@ def test_a_time_prediction_row_divides_the_predicted_median_by_the_measured_one(
         report.time_prediction_row("tp", [1e-3, 1e-3], measured)
     with pytest.raises(ValueError, match="predicted_s"):
         report.time_prediction_row("tp", [1e-3, 0.0, 1e-3], measured)
-
-
-def test_an_effect_measured_elsewhere_hands_back_its_rows():
-    row = report.time_prediction_row("tp", [1e-3] * 3, m("s", [1e-3] * 3), (0.7, 1.3))
-    section, _ = effects.measure(quick=True, effects=[(lambda quick: [row], [("tp", (0.7, 1.3))])])
-    assert section["rows"] == [row]
-
-
-def test_lesson_12_split_block_is_declared_with_its_goal():
-    assert effects.SPLIT_BLOCK[0] == ("tensor-parallel block predicted / measured, batch 128", (0.7, 1.3))
-    assert (effects.setup_split_block, effects.SPLIT_BLOCK) in effects.EFFECTS
-
-
-def test_the_split_block_rows_come_from_real_worker_processes():
-    rows = parallelism.rows(tensor_parallel_block, quick=True)
-    assert [r["name"] for r in rows] == [name for name, _ in parallelism.SPLIT_BLOCK]
-    for row in rows:
-        assert row["ratio"] > 0 and row["baseline"]["repeats"] == row["candidate"]["repeats"] == 7
-        assert "max difference" in row["note"]

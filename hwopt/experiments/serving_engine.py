@@ -102,6 +102,7 @@ def prompt(n_tokens: int, offset: int = 0) -> str:
 
 def shape(model: str = "target") -> footprint.ModelShape:
     """The course's model as a footprint.ModelShape (for the cost models)."""
+    arguments.one_of("model", model, checkpoint.MODELS)
     c = checkpoint.read_config(checkpoint.resolve(model))
     return footprint.ModelShape(
         f"hwopt {model}",
@@ -270,10 +271,12 @@ class ChunkedPrefill:
 
     def worst_gap_ms(self, i: int) -> float:
         """The longest gap between two tokens of a decoding stream in run i (ms)."""
+        i = arguments.between("i", i, 0, len(self.runs) - 1, integer=True)
         return max(float(np.max(r.itl_s)) * 1000 for r in self.runs[i].ok[:-1] if r.itl_s.size)
 
     def long_ttft_ms(self, i: int) -> float:
         """TTFT of the long prompt in run i (ms)."""
+        i = arguments.between("i", i, 0, len(self.runs) - 1, integer=True)
         return self.runs[i].ok[-1].ttft_s * 1000
 
     def report(self) -> str:
@@ -289,7 +292,8 @@ class ChunkedPrefill:
 
     def plot_timeline(self, i: int = 0, ax=None):
         """When each token of each request arrived in run i (a dot per token), the long prompt last."""
-        b, ub = self.configs[arguments.between("i", i, 0, len(self.configs) - 1, integer=True)]
+        i = arguments.between("i", i, 0, len(self.configs) - 1, integer=True)
+        b, ub = self.configs[i]
         ax = plots.axes("time (s)", "request", ax=ax, title=f"batch {b}, micro-batch {ub}")
         for row, record in enumerate(self.runs[i].records):
             label = "long prompt" if row == len(self.runs[i].records) - 1 else f"stream {row + 1}"
@@ -340,9 +344,15 @@ def chunked_prefill(
     costs: (step overhead, per decoding sequence, per prompt token) in ms for lesson 8's simulation (default:
     fitted from the first run's decode steps and its long prompt)."""
     arguments.instance("configs", configs, (list, tuple))
+    if not configs:
+        raise ValueError("configs must hold at least one (batch_size, ubatch_size) pair")
+    for i, pair in enumerate(configs):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise ValueError(f"configs[{i}] must be a (batch_size, ubatch_size) pair of token counts; "
+                             f"got {pair!r}")
     configs = tuple(
-        (arguments.count("batch_size", b, "tokens"), arguments.count("ubatch_size", ub, "tokens"))
-        for b, ub in configs
+        (arguments.count(f"configs[{i}][0]", b, "tokens"), arguments.count(f"configs[{i}][1]", ub, "tokens"))
+        for i, (b, ub) in enumerate(configs)
     )
     streams = arguments.count("streams", streams, "batch")
     long_prompt_tokens = arguments.count("long_prompt_tokens", long_prompt_tokens, "tokens")
@@ -580,6 +590,7 @@ def open_vs_closed(
     users = arguments.count("users", users, "batch")
     n_requests = arguments.count("n_requests", n_requests, "items")
     load_factor = arguments.positive("load_factor", load_factor, maximum=100)
+    max_tokens = arguments.count("max_tokens", max_tokens, "tokens")
     prompts = [prompt(48, 110_000 + 60 * i) for i in range(n_requests)]
     with trained_server(precision=precision, parallel=users, ctx_per_slot=128) as server:
         _warm(server)
@@ -625,6 +636,7 @@ def slo_explorer(runs: dict):
 
 def lesson_summary(run: dict) -> str:
     """Lesson 11's summary, from the results of its run {name: result}."""
+    arguments.instance("run", run, dict)
     lines = []
     if "slots" in run:
         s = run["slots"]

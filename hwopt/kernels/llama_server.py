@@ -71,6 +71,7 @@ class PortInUse(EngineFailed):
 def ggml_type(precision: str, argument: str = "precision") -> str:
     """llama.cpp's name ('F16', 'Q8_0', 'Q4_0', ...) of a precision given as the course's name ('fp16',
     'int8_g32', 'int4_g32', ...) or as llama.cpp's (any case)."""
+    arguments.text("argument", argument)
     arguments.text(argument, precision)
     by_ggml = {v.lower(): v for v in GGML_TYPES.values()}
     if precision.lower() in by_ggml:
@@ -78,8 +79,10 @@ def ggml_type(precision: str, argument: str = "precision") -> str:
     return GGML_TYPES[formats.name(precision, argument, supported=GGML_TYPES)]
 
 
-def check_gguf(path, argument: str = "model") -> Path:
-    """path, checked to be a GGUF file (it starts with the bytes 'GGUF'); ValueError naming it otherwise."""
+def check_gguf(path, argument: str = "path") -> Path:
+    """path, checked to be a GGUF file (it starts with the bytes 'GGUF'); ValueError naming argument
+    otherwise."""
+    arguments.text("argument", argument)
     path = Path(arguments.instance(argument, path, (str, Path))).expanduser()
     if not path.is_file():
         raise ValueError(f"{argument} must be a GGUF file; {str(path)!r} does not exist")
@@ -96,6 +99,7 @@ def check_gguf(path, argument: str = "model") -> Path:
 def port_in_use(port: int, host: str = HOST) -> bool:
     """True when something listens on host:port (or binding it is refused)."""
     port = arguments.between("port", port, 1, 65535, integer=True)
+    arguments.text("host", host)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         try:
             probe.bind((host, port))
@@ -106,6 +110,7 @@ def port_in_use(port: int, host: str = HOST) -> bool:
 
 def free_port(host: str = HOST) -> int:
     """A port nothing listens on now (the system's choice)."""
+    arguments.text("host", host)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
         return probe.getsockname()[1]
@@ -150,8 +155,11 @@ def command(
     binary, model, port: int, options: ServerOptions = ServerOptions(), host: str = HOST
 ) -> list[str]:
     """The llama-server command line for model on host:port with options."""
+    binary = arguments.instance("binary", binary, (str, Path))
+    model = check_gguf(model, "model")
+    port = arguments.between("port", port, 1, 65535, integer=True)
     arguments.instance("options", options, ServerOptions)
-    model = check_gguf(model)
+    arguments.text("host", host)
     threads = options.threads or torch.get_num_threads()
     kv = ggml_type(options.kv_precision, "kv_precision").lower()
     args = [
@@ -239,7 +247,7 @@ class LlamaServer:
         log_path=None,
         **options,
     ):
-        self.model = check_gguf(model)
+        self.model = check_gguf(model, "model")
         self.port = None if port is None else arguments.between("port", port, 1, 65535, integer=True)
         self.startup_timeout_s = arguments.positive(
             "startup_timeout_s", startup_timeout_s, maximum=arguments.LIMITS["seconds"]
@@ -252,11 +260,9 @@ class LlamaServer:
             )
         self.options = replace(ServerOptions(), **options)
         self._binary = None if binary is None else Path(arguments.instance("binary", binary, (str, Path)))
-        self.log_path = (
-            Path(tempfile.mkdtemp(prefix="hwopt-llama-server-")) / "server.log"
-            if log_path is None
-            else Path(arguments.instance("log_path", log_path, (str, Path)))
-        )
+        # default: a folder of its own, made when the server starts
+        self._log_path = (None if log_path is None
+                          else Path(arguments.instance("log_path", log_path, (str, Path))))
         self._proc: subprocess.Popen | None = None
         self._finalizer = None
 
@@ -295,7 +301,14 @@ class LlamaServer:
                 raise
         raise AssertionError("unreachable")
 
+    @property
+    def log_path(self) -> Path | None:
+        """The server's log file (stdout and stderr); None before the first start."""
+        return self._log_path
+
     def _spawn(self, binary: Path, port: int) -> None:
+        if self._log_path is None:
+            self._log_path = Path(tempfile.mkdtemp(prefix="hwopt-llama-server-")) / "server.log"
         cmd = command(binary, self.model, port, self.options)
         if sys.platform.startswith("linux"):
             cmd = [sys.executable, "-c", _LAUNCHER, str(os.getpid()), *cmd]
@@ -375,7 +388,7 @@ class LlamaServer:
     def log_tail(self, lines: int = 20) -> str:
         """The last lines of the server's log."""
         lines = arguments.count("lines", lines, "items")
-        if not self.log_path.is_file():
+        if self.log_path is None or not self.log_path.is_file():
             return ""
         return "".join(self.log_path.read_text(encoding="utf-8", errors="replace").splitlines(True)[-lines:])
 

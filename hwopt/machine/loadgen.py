@@ -89,11 +89,11 @@ class RequestRecord:
 
 
 def percentile(values, q: float) -> float:
-    """The q-th percentile (0-100) of values, linearly interpolated (numpy's default), nan for none."""
-    values = np.asarray(values, dtype=float)
-    arguments.between("q", q, 0, 100)
-    values = values[np.isfinite(values)]
-    return float(np.percentile(values, q)) if values.size else float("nan")
+    """The q-th percentile (0-100) of values (latencies, >= 0), linearly interpolated (numpy's default); nan
+    for none."""
+    values = arguments.finite_array("values", values, ndim=1, minimum=0, allow_empty=True)
+    q = arguments.between("q", q, 0, 100)
+    return float(np.percentile(values, q)) if len(values) else float("nan")
 
 
 @dataclass(frozen=True)
@@ -133,8 +133,9 @@ class LoadResult:
         return 1000 * np.array([getattr(r, f"{metric}_s") for r in self.ok], dtype=float)
 
     def percentile_ms(self, metric: str, q: float) -> float:
-        """The q-th percentile of metric (ms)."""
-        return percentile(self.values_ms(metric), q)
+        """The q-th percentile of metric (ms), over the requests where it is defined (TPOT needs 2 tokens)."""
+        values = self.values_ms(metric)
+        return percentile(values[np.isfinite(values)], q)
 
     @property
     def output_tokens_per_s(self) -> float:
@@ -186,6 +187,10 @@ class LoadResult:
 def comparison_table(results: dict, ttft_ms: float | None = None, tpot_ms: float | None = None) -> str:
     """One row per run {label: LoadResult}: TTFT and TPOT p50/p99 (ms), tokens/s, and goodput at the SLO."""
     arguments.instance("results", results, dict)
+    if ttft_ms is not None:
+        arguments.positive("ttft_ms", ttft_ms)
+    if tpot_ms is not None:
+        arguments.positive("tpot_ms", tpot_ms)
     slo = ttft_ms is not None and tpot_ms is not None
     head = (
         f"{'run':30s}{'TTFT p50':>10s}{'p99':>8s}{'TPOT p50':>10s}{'p99':>8s}{'ITL max':>9s}{'tok/s':>8s}"
@@ -361,9 +366,11 @@ def run_load(
         raise ValueError(f"n_requests must equal len(arrivals_s) ({due.size}); got {n_requests}")
     if users is not None:
         users = arguments.count("users", users, "batch")
+    seed = arguments.count("seed", seed, "seed", minimum=0)
     max_tokens = arguments.count("max_tokens", max_tokens, "tokens")
     arguments.one_of("endpoint", endpoint, ("completions", "chat"))
     arguments.text("model", model)
+    arguments.text("label", label, allow_empty=True)
     extra = dict(arguments.instance("extra", extra, dict)) if extra is not None else {}
     timeout_s = arguments.positive("timeout_s", timeout_s, maximum=arguments.LIMITS["seconds"])
     progress = arguments.boolean("progress", progress)
@@ -421,7 +428,7 @@ def plot_latency_cdfs(results: dict, metric: str = "ttft", ax=None):
     for i, (label, result) in enumerate(results.items()):
         arguments.instance(f"results[{label!r}]", result, LoadResult)
         values = np.sort(result.values_ms(metric))
-        values = values[np.isfinite(values)]
+        values = values[np.isfinite(values)]  # TPOT of a one-token answer
         if values.size:
             ax.step(
                 np.maximum(values, 1e-3),

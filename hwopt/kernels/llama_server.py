@@ -199,6 +199,8 @@ def command(
         args += [
             "--model-draft",
             str(options.draft),
+            "--spec-type",  # llama.cpp speculates only when told how (default: none)
+            "draft-simple",
             "--spec-draft-n-max",
             str(options.draft_max),
             "--threads-draft",

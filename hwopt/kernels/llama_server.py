@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -131,7 +132,7 @@ class ServerOptions:
     kv_precision: str = "fp16"
     draft: Path | str | None = None
     draft_max: int = 8
-    poll: int = 50
+    poll: int = 0  # threads that spin while waiting stall every step when the cores are shared
     extra_args: tuple[str, ...] = ()
 
     def __post_init__(self):
@@ -190,6 +191,8 @@ def command(
         "on" if kv != "f16" else "auto",
         "--poll",
         str(options.poll),
+        # no repacked weight layouts: the AMX one (Xeons since Sapphire Rapids) crashes on this model's shapes
+        "--no-repack",
         "--metrics",
         "--no-webui",
         "--n-gpu-layers",
@@ -211,8 +214,9 @@ def command(
     return args + list(options.extra_args)
 
 
-def _terminate(proc: subprocess.Popen, log) -> None:
-    """Stop the server's process group: SIGTERM, then SIGKILL after _STOP_WAIT_S; close its log."""
+def _terminate(proc: subprocess.Popen, log, folder: Path | None) -> None:
+    """Stop the server's process group: SIGTERM, then SIGKILL after _STOP_WAIT_S; close its log, and remove
+    folder (the log's own temporary folder) when given."""
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -228,6 +232,8 @@ def _terminate(proc: subprocess.Popen, log) -> None:
         except (ProcessLookupError, PermissionError):
             pass
     log.close()
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class LlamaServer:
@@ -262,9 +268,11 @@ class LlamaServer:
             )
         self.options = replace(ServerOptions(), **options)
         self._binary = None if binary is None else Path(arguments.instance("binary", binary, (str, Path)))
-        # default: a folder of its own, made when the server starts
+        # default: a temporary folder of its own, made when the server starts and removed when it stops (every
+        # error message carries the end of the log)
         self._log_path = (None if log_path is None
                           else Path(arguments.instance("log_path", log_path, (str, Path))))
+        self._log_is_temporary = log_path is None
         self._proc: subprocess.Popen | None = None
         self._finalizer = None
 
@@ -305,12 +313,17 @@ class LlamaServer:
 
     @property
     def log_path(self) -> Path | None:
-        """The server's log file (stdout and stderr); None before the first start."""
+        """The server's log file (stdout and stderr); None before the first start. A log not asked for
+        (log_path=None) is removed when the server stops."""
         return self._log_path
 
     def _spawn(self, binary: Path, port: int) -> None:
-        if self._log_path is None:
-            self._log_path = Path(tempfile.mkdtemp(prefix="hwopt-llama-server-")) / "server.log"
+        folder = None
+        if self._log_is_temporary:
+            # named as ort.temp_dir names its folders: the folder of a killed process is removed by
+            # ort.remove_stale_temp_dirs, which knows it by its owner's pid
+            folder = Path(tempfile.mkdtemp(prefix=f"hwopt-llama-server-pid{os.getpid()}-"))
+            self._log_path = folder / "server.log"
         cmd = command(binary, self.model, port, self.options)
         if sys.platform.startswith("linux"):
             cmd = [sys.executable, "-c", _LAUNCHER, str(os.getpid()), *cmd]
@@ -323,7 +336,7 @@ class LlamaServer:
         self._proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )  # its own process group, stopped as one
-        self._finalizer = weakref.finalize(self, _terminate, self._proc, log)
+        self._finalizer = weakref.finalize(self, _terminate, self._proc, log, folder)
         self._port_now = port
 
     def _wait_ready(self) -> None:
@@ -331,12 +344,7 @@ class LlamaServer:
         url = f"http://{HOST}:{self._port_now}/health"
         while True:
             if self._proc.poll() is not None:
-                code = self._proc.returncode
-                self.stop()
-                raise EngineFailed(
-                    f"llama-server exited with status {code} before it was ready; "
-                    f"the end of its log ({self.log_path}):\n{self.log_tail()}"
-                )
+                self._fail(f"llama-server exited with status {self._proc.returncode} before it was ready")
             try:
                 with urllib.request.urlopen(url, timeout=2) as answer:
                     if answer.status == 200:
@@ -344,11 +352,7 @@ class LlamaServer:
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
                 pass
             if time.monotonic() > deadline:
-                self.stop()
-                raise EngineFailed(
-                    f"llama-server did not answer /health within {self.startup_timeout_s:g} s; "
-                    f"the end of its log ({self.log_path}):\n{self.log_tail()}"
-                )
+                self._fail(f"llama-server did not answer /health within {self.startup_timeout_s:g} s")
             time.sleep(0.05)
 
     def stop(self) -> None:
@@ -398,12 +402,15 @@ class LlamaServer:
         """EngineFailed if the server has exited since it started (killed, crashed)."""
         if self._proc is not None and self._proc.poll() is not None and self._finalizer is not None:
             code = self._proc.returncode
-            self.stop()
             how = f"signal {-code}" if code < 0 else f"status {code}"
-            raise EngineFailed(
-                f"llama-server (pid {self._proc.pid}) exited with {how} while serving; the end of "
-                f"its log ({self.log_path}):\n{self.log_tail()}"
-            )
+            self._fail(f"llama-server (pid {self._proc.pid}) exited with {how} while serving")
+
+    def _fail(self, what: str):
+        """Stop the server and raise EngineFailed saying what happened, with the end of its log."""
+        tail = self.log_tail()
+        where = "" if self._log_is_temporary else f" ({self.log_path})"
+        self.stop()
+        raise EngineFailed(f"{what}; the end of its log{where}:\n{tail}")
 
     def __repr__(self) -> str:
         state = f"running on {self.url}" if self.running else "stopped"
@@ -417,6 +424,9 @@ class LlamaServer:
         arguments.text("path", path)
         timeout_s = arguments.positive("timeout_s", timeout_s, maximum=arguments.LIMITS["seconds"])
         self.check()
+        if not self.running:
+            raise EngineFailed("llama-server is not running: it was never started, was stopped or exited; "
+                               "start() it again")
         data = None if body is None else json.dumps(arguments.instance("body", body, dict)).encode()
         req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
         try:

@@ -91,13 +91,17 @@ _TOKENS: list = []
 
 
 def prompt(n_tokens: int, offset: int = 0) -> str:
-    """About n_tokens tokens of the validation text (Python the model never trained on), from offset."""
+    """About n_tokens tokens of the validation text (Python the model never trained on), from token offset."""
     n_tokens = arguments.count("n_tokens", n_tokens, "tokens")
     offset = arguments.count("offset", offset, "tokens", minimum=0)
     if not _TOKENS:
         _TOKENS.extend(_token_ids())
     tok, ids = _TOKENS
-    return tok.decode(ids[offset : offset + n_tokens])
+    if n_tokens > len(ids):
+        raise ValueError(f"n_tokens must be at most {len(ids):,} (the validation text's tokens); "
+                         f"got {n_tokens}")
+    start = offset % (len(ids) - n_tokens + 1)  # an offset past the text's end wraps around
+    return tok.decode(ids[start : start + n_tokens])
 
 
 def shape(model: str = "target") -> footprint.ModelShape:

@@ -46,7 +46,7 @@ gradebook-deps:        ## install PostgreSQL's server (initdb, pg_ctl) via apt w
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql; }
 
 # The serving engine (lesson 11): llama.cpp's llama-server built from source with CMake and the C++ compiler,
-# once, cached in ~/.cache/hwopt/llama.cpp (hwopt/kernels/llama_build.py; a few minutes on 2 cores).
+# once, cached in ~/.cache/hwopt/llama.cpp (hwopt/kernels/llama_build.py; 11 CPU-minutes, some 6 minutes on 2 idle cores).
 engine-deps:           ## install CMake and g++ via apt when missing
 	@{ command -v cmake >/dev/null && command -v c++ >/dev/null; } || ! command -v apt-get >/dev/null || { \
 	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \

@@ -181,7 +181,7 @@ class SlotsSweep:
         return plots.finish(ax)
 
 
-def slots_sweep(streams=(1, 2, 4, 8), max_tokens: int = 48, precision: str = DEFAULT_PRECISION) -> SlotsSweep:
+def slots_sweep(streams=(1, 2, 4, 8), max_tokens: int = 32, precision: str = DEFAULT_PRECISION) -> SlotsSweep:
     """One server with max(streams) slots; for each count, that many requests at once (closed loop)."""
     arguments.instance("streams", streams, (list, tuple))
     streams = tuple(arguments.count(f"streams[{i}]", b, "batch") for i, b in enumerate(streams))
@@ -337,10 +337,10 @@ class ChunkedPrefill:
 
 
 def chunked_prefill(
-    configs=((16, 16), (64, 64), (512, 512), (512, 32)),
+    configs=((32, 32), (512, 512), (512, 32)),
     streams: int = 3,
     long_prompt_tokens: int = 400,
-    max_tokens: int = 64,
+    max_tokens: int = 40,
     costs: tuple[float, float, float] | None = None,
     precision: str = DEFAULT_PRECISION,
 ) -> ChunkedPrefill:
@@ -461,7 +461,7 @@ def _decode_speed(server: LlamaServer, prompts, max_tokens: int) -> tuple[float,
 
 
 def speculative_decoding(
-    draft_max: int = 4, n_prompts: int = 3, max_tokens: int = 96, precision: str = DEFAULT_PRECISION
+    draft_max: int = 4, n_prompts: int = 2, max_tokens: int = 64, precision: str = DEFAULT_PRECISION
 ) -> SpeculativeRun:
     """Greedy decoding of n_prompts prompts: target alone, draft alone, target with the draft."""
     draft_max = arguments.count("draft_max", draft_max, "tokens")
@@ -549,14 +549,14 @@ def _format_run(what: str, precisions, prompt_tokens: int, max_tokens: int, weig
     )
 
 
-def kv_cache(precisions=("fp16", "int8_g32"), prompt_tokens: int = 384, max_tokens: int = 96) -> FormatRun:
+def kv_cache(precisions=("fp16", "int8_g32"), prompt_tokens: int = 384, max_tokens: int = 48) -> FormatRun:
     """Batch-1 decode at a long context with the KV cache in fp16 (F16) and int8 (Q8_0); weights Q8_0."""
     return _format_run(
         "KV cache", precisions, prompt_tokens, max_tokens, lambda p: DEFAULT_PRECISION, lambda p: p
     )
 
 
-def weight_formats(precisions=WEIGHT_PRECISIONS, prompt_tokens: int = 16, max_tokens: int = 96) -> FormatRun:
+def weight_formats(precisions=WEIGHT_PRECISIONS, prompt_tokens: int = 16, max_tokens: int = 48) -> FormatRun:
     """Batch-1 decode with the weights in F16, Q8_0 and Q4_0; KV cache fp16."""
     return _format_run("weights", precisions, prompt_tokens, max_tokens, lambda p: p, lambda p: "fp16")
 
@@ -585,7 +585,7 @@ class LoopComparison:
 
 def open_vs_closed(
     users: int = 4,
-    n_requests: int = 24,
+    n_requests: int = 16,
     load_factor: float = 1.5,
     max_tokens: int = 32,
     precision: str = DEFAULT_PRECISION,

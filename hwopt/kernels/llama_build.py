@@ -322,5 +322,5 @@ def unavailable_reason() -> str | None:
         return str(error)
     return (
         "llama-server is not built on this machine yet: run `make engine` or `python -m hwopt engine` "
-        "once (a few minutes on 2 cores)"
+        "once (about 11 CPU-minutes: some 6 minutes on 2 idle cores)"
     )

@@ -67,3 +67,11 @@ def test_formats_speculative_decoding_and_open_loop_on_the_engine(engine):
     loops = serving_engine.open_vs_closed(users=2, n_requests=6, max_tokens=8)
     assert len(loops.closed.ok) == len(loops.opened.ok) == 6
     assert "goodput" in loops.report() and loops.plot() is not None
+
+
+def test_where_the_engine_is_missing_the_recorded_run_stands_in(monkeypatch):
+    monkeypatch.setenv(llama_build.SERVER_ENV, "/no/such/llama-server")
+    assert "not an executable" in serving_engine.unavailable_reason()
+    run, machine = serving_engine.load_run()
+    assert {"slots", "loops", "prefix", "chunks", "speculative", "kv", "weights"} <= set(run)
+    assert machine["cores"] >= 1 and len(serving_engine.lesson_summary(run).splitlines()) == 7

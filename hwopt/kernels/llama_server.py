@@ -423,11 +423,13 @@ class LlamaServer:
         EngineFailed when the server has died."""
         arguments.text("path", path)
         timeout_s = arguments.positive("timeout_s", timeout_s, maximum=arguments.LIMITS["seconds"])
+        if body is not None:
+            arguments.instance("body", body, dict)
         self.check()
         if not self.running:
             raise EngineFailed("llama-server is not running: it was never started, was stopped or exited; "
                                "start() it again")
-        data = None if body is None else json.dumps(arguments.instance("body", body, dict)).encode()
+        data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=timeout_s) as answer:

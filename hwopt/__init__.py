@@ -9,9 +9,10 @@ modules import each other in a circle).
 3. roofline: the pure maths of the roofline (intensity, ridge point, attainable FLOP/s, time bound, the plot);
    quantization: the codes and scales every format stores (integer grids per tensor, channel or block, fp8,
    MXFP4, NVFP4), computed in one place for the lessons and the kernels, which only pack them.
-4. machine/ (measuring the machine): hardware (what is this machine), toolchain (its C compiler), specs (the
-   chip table and each chip's peak rule), bench (timing), probe (live ceilings: GB/s, FLOP/s), card (the
-   machine card), power (energy counters: RAPL, NVML).
+4. machine/ (measuring the machine): hardware (what is this machine), toolchain (its C and C++ compilers,
+   CMake), specs (the chip table and each chip's peak rule), bench (timing), probe (live ceilings: GB/s,
+   FLOP/s), card (the machine card), power (energy counters: RAPL, NVML), loadgen (an open- and closed-loop
+   load generator for OpenAI-compatible servers: TTFT, TPOT, goodput).
 5. cost/ (models of cost): costs (time and dollars per chip), batching, serving (queueing, chunked prefill),
    footprint (memory capacity: weights + KV cache + activations), phases (prefill and decode: FLOPs, bytes,
    intensity), paging (contiguous vs paged KV-cache allocation), speculative (tokens per target step and the
@@ -20,7 +21,8 @@ modules import each other in a circle).
    decode bound with all-reduces), pipeline (the bubble), disaggregation (sending a KV cache vs prefilling
    again), energy (J/token, $ per 1M tokens).
 6. kernels/ (code that computes fast): lowbit_gemv (the course's C kernel, built on the learner's machine,
-   and its loader), ort (ONNX Runtime: export, sessions, graph optimization, quantized graphs).
+   and its loader), ort (ONNX Runtime: export, sessions, graph optimization, quantized graphs), llama_build
+   (llama.cpp's llama-server built from source, cached), llama_server (it started, checked and stopped).
 7. models/ (model definitions): mlp, classifier (the digits MLP), tiny_decoder (a decoder-only transformer
    with a KV cache, its single-token steps in the C kernel where it builds).
 8. experiments/ (what the lessons run and report): roofline_points, decode (decode steps by runtime and
@@ -29,7 +31,8 @@ modules import each other in a circle).
    prefill_decode (TTFT, decode vs context, KV precision), speculative_decoding (draft and target, greedy
    speculative decoding), attention (naive vs fused vs tiled attention), launch_overhead (per-op overhead,
    CUDA graphs), distributed (groups of worker processes, always stopped), tensor_parallel_block (a
-   Megatron-split block measured), pipeline_parallel (stages in processes, the bubble measured), moe_layer (a
+   Megatron-split block measured), serving_engine (lesson 11: the trained model in llama-server under
+   load), pipeline_parallel (stages in processes, the bubble measured), moe_layer (a
    routed MoE layer measured), parallel_summary (lesson 12's summary).
 9. course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox, a class graded, the
    sample submissions, every grading setting; `python -m hwopt.course.grading`), exercises (what the

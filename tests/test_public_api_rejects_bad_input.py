@@ -73,13 +73,14 @@ from hwopt.experiments import (
     prefill_decode,
     profiling,
     roofline_points,
+    serving_engine,
     tensor_parallel_block,
 )
 from hwopt.experiments import (
     speculative_decoding as sd,
 )
-from hwopt.kernels import lowbit_gemv, ort
-from hwopt.machine import bench, card, hardware, power, probe, specs, toolchain
+from hwopt.kernels import llama_build, llama_server, lowbit_gemv, ort
+from hwopt.machine import bench, card, hardware, loadgen, power, probe, specs, toolchain
 from hwopt.models import (
     checkpoint,
     classifier,
@@ -718,6 +719,22 @@ def onnx_file() -> Path:
 @functools.cache
 def gguf_file() -> Path:
     return gguf_export.write(small_llama(), TMP / "small.gguf", "Q8_0")
+
+
+def load_result() -> loadgen.LoadResult:
+    records = tuple(loadgen.RequestRecord(0.0, 0.0, (0.1 * i, 0.1 * i + 0.02), 0.1 * i + 0.02, 2)
+                    for i in range(1, 4))
+    return loadgen.LoadResult(records, "closed", users=2, label="two users")
+
+
+def chunked_result() -> serving_engine.ChunkedPrefill:
+    return serving_engine.ChunkedPrefill(((16, 16),), 64, (load_result(),), (30.0,))
+
+
+@functools.cache
+def saved_run() -> Path:
+    return serving_engine.save({"loops": serving_engine.LoopComparison(load_result(), load_result())},
+                               TMP / "serving_run.json")
 
 
 def format_rows() -> list:
@@ -1473,6 +1490,8 @@ VALID: dict[str, Callable[[], Call]] = {
     }),
     **within("machine.toolchain", {
         "c_compiler": lambda: call(toolchain.c_compiler, "gcc", text="cc"),
+        "cxx_compiler": lambda: call(toolchain.cxx_compiler, "g++", text="cxx"),
+        "cmake": lambda: call(toolchain.cmake, "cmake", text="path"),
         "cache_dir": lambda: call(toolchain.cache_dir),
     }),
     **within("models.mlp", {
@@ -1664,9 +1683,10 @@ VALID: dict[str, Callable[[], Call]] = {
         "quantize_q4_k": lambda: call(gguf_export.quantize_q4_k, np.ones((1, 256), dtype=np.float32),
                                       signed="rows", zero="rows"),
         "write": lambda: call(gguf_export.write, small_llama(), str(TMP / "written.gguf"), "Q8_0",
-                              text="name"),
+                              text="name chat_template"),
         "read": lambda: call(gguf_export.read, str(gguf_file())),
         "load": lambda: call(gguf_export.load, str(gguf_file()), "cpu"),
+        "cached": lambda: call(gguf_export.cached, "draft", "Q4_0"),
     }),
     **within("experiments.llm_accuracy", {
         "load": lambda: call(llm_accuracy.load, "draft", "cpu"),
@@ -1735,6 +1755,79 @@ VALID: dict[str, Callable[[], Call]] = {
         "render": lambda: call(model_card.render,
                                json.loads((checkpoint.WEIGHTS_DIR / "MODEL_CARD.json").read_text()),
                                opaque="facts"),
+    }),
+    **within("machine.loadgen", {
+        "percentile": lambda: call(loadgen.percentile, [1.0, 3.0], 50, zero="q"),
+        "poisson_arrivals_s": lambda: call(loadgen.poisson_arrivals_s, 2.0, 3, seed=0, zero="seed"),
+        "LoadResult.values_ms": lambda: call(load_result().values_ms, "itl"),
+        "LoadResult.percentile_ms": lambda: call(load_result().percentile_ms, "ttft", 90, zero="q"),
+        "LoadResult.goodput": lambda: call(load_result().goodput, 250.0, 30.0),
+        "LoadResult.describe": lambda: call(load_result().describe),
+        "LoadResult.table": lambda: call(load_result().table),
+        "comparison_table": lambda: call(loadgen.comparison_table, {"a": load_result()}, 250.0, 30.0,
+                                         opaque="results"),
+        "plot_latency_cdfs": lambda: call(loadgen.plot_latency_cdfs, {"a": load_result()}, "e2e",
+                                          opaque="results"),
+        # No server answers: every bad value must be refused before a request is sent.
+        "run_load": lambda: call(loadgen.run_load, "http://127.0.0.1:9/v1", ["x"], users=1, n_requests=1,
+                                 max_tokens=2, timeout_s=1.0, progress=False, label="l", run_valid=False,
+                                 text="base_url model label", bounded="timeout_s", zero="seed"),
+    }),
+    **within("kernels.llama_build", {
+        "build_info": lambda: call(llama_build.build_info, "/bin/true", text="binary"),
+        "built_binary": lambda: call(llama_build.built_binary),
+        # Builds llama.cpp where it is not built yet (minutes): bad values are refused before that.
+        "server_binary": lambda: call(llama_build.server_binary, 1, False, run_valid=False),
+        "unavailable_reason": lambda: call(llama_build.unavailable_reason),
+    }),
+    **within("kernels.llama_server", {
+        "ggml_type": lambda: call(llama_server.ggml_type, "int8_g32", text="argument"),
+        "check_gguf": lambda: call(llama_server.check_gguf, str(gguf_file()), text="argument"),
+        "port_in_use": lambda: call(llama_server.port_in_use, llama_server.free_port(), text="host"),
+        "free_port": lambda: call(llama_server.free_port, text="host"),
+        "ServerOptions": lambda: call(llama_server.ServerOptions, threads=1, parallel=2, ctx_per_slot=64,
+                                      batch_size=64, ubatch_size=32, kv_precision="int8_g32", draft_max=4,
+                                      poll=0, zero="poll"),
+        "command": lambda: call(llama_server.command, "/bin/true", str(gguf_file()), 8080,
+                                llama_server.ServerOptions(), text="binary host"),
+        "LlamaServer": lambda: call(llama_server.LlamaServer, str(gguf_file()), port=8080,
+                                    startup_timeout_s=5.0, bounded="startup_timeout_s"),
+        "LlamaServer.check": lambda: call(llama_server.LlamaServer(gguf_file()).check),
+        "LlamaServer.stop": lambda: call(llama_server.LlamaServer(gguf_file()).stop),
+        "LlamaServer.log_tail": lambda: call(llama_server.LlamaServer(gguf_file()).log_tail, 5),
+        # A server never started: the valid call needs the engine (tests/kernels/test_llama_server.py).
+        "LlamaServer.request": lambda: call(llama_server.LlamaServer(gguf_file()).request, "/health",
+                                            {"n_predict": 1}, 5.0, run_valid=False, text="path",
+                                            opaque="body", bounded="timeout_s"),
+        "LlamaServer.complete": lambda: call(llama_server.LlamaServer(gguf_file()).complete, "x", 2, 5.0,
+                                             run_valid=False, text="prompt", bounded="timeout_s"),
+    }),
+    **within("experiments.serving_engine", {
+        "unavailable_reason": lambda: call(serving_engine.unavailable_reason),
+        "model_file": lambda: call(serving_engine.model_file, "draft", "int8_g32"),
+        "trained_server": lambda: call(serving_engine.trained_server, "draft", "int4_g32"),
+        "prompt": lambda: call(serving_engine.prompt, 8, 0, zero="offset"),
+        "shape": lambda: call(serving_engine.shape, "draft"),
+        "ChunkedPrefill.worst_gap_ms": lambda: call(chunked_result().worst_gap_ms, 0, zero="i"),
+        "ChunkedPrefill.long_ttft_ms": lambda: call(chunked_result().long_ttft_ms, 0, zero="i"),
+        "ChunkedPrefill.plot_timeline": lambda: call(chunked_result().plot_timeline, 0, zero="i"),
+        "ChunkedPrefill.report": lambda: call(chunked_result().report),
+        "ChunkedPrefill.plot": lambda: call(chunked_result().plot),
+        "slo_explorer": lambda: call(serving_engine.slo_explorer, {"a": load_result()}, opaque="runs"),
+        "lesson_summary": lambda: call(serving_engine.lesson_summary, {"unmeasured": 1}, opaque="run"),
+        "save": lambda: call(serving_engine.save, {"loops": serving_engine.LoopComparison(
+            load_result(), load_result())}, str(TMP / "saved.json"), text="path", opaque="run"),
+        "load_run": lambda: call(serving_engine.load_run, str(saved_run()), text="path"),
+        # Each starts llama-server (tests/experiments/test_serving_engine.py): bad values are refused first.
+        "slots_sweep": lambda: call(serving_engine.slots_sweep, (1, 2), 4, run_valid=False),
+        "prefix_caching": lambda: call(serving_engine.prefix_caching, 16, 4, 2, run_valid=False),
+        "chunked_prefill": lambda: call(serving_engine.chunked_prefill, ((16, 16),), 1, 32, 4,
+                                        run_valid=False),
+        "speculative_decoding": lambda: call(serving_engine.speculative_decoding, 2, 1, 4, run_valid=False),
+        "kv_cache": lambda: call(serving_engine.kv_cache, ("fp16",), 16, 4, run_valid=False),
+        "weight_formats": lambda: call(serving_engine.weight_formats, ("fp16",), 16, 4, run_valid=False),
+        "open_vs_closed": lambda: call(serving_engine.open_vs_closed, 1, 2, 1.5, 4, run_valid=False,
+                                       bounded="load_factor"),
     }),
     **within("formats", {
         "Format.describe": lambda: call(formats.get("int4_g32").describe),
@@ -1846,6 +1939,16 @@ EXCLUDED: dict[str, str] = {
     "experiments.decode.DecodeResult": "a result of decode.time_paths",
     "kernels.lowbit_gemv.PathComparison": "a result of lowbit_gemv.compare_paths",
     "kernels.lowbit_gemv.KernelPath": "a row of lowbit_gemv.PATHS, the kernel's instruction paths",
+    "machine.loadgen.RequestRecord": "a result of loadgen.run_load",
+    "machine.loadgen.LoadResult": "a result of loadgen.run_load",
+    "kernels.llama_server.LlamaServer.start": "starts the engine (tests/kernels/test_llama_server.py); "
+                                              "LlamaServer checks its arguments when made",
+    # Lesson 11's results, their reports and plots (tests/experiments/test_serving_engine.py).
+    **{f"experiments.serving_engine.{name}": "a result of serving_engine's experiment of that name"
+       for name in ("SlotsSweep", "SlotsSweep.fit", "SlotsSweep.report", "SlotsSweep.plot", "PrefixCaching",
+                    "PrefixCaching.report", "PrefixCaching.plot", "ChunkedPrefill", "SpeculativeRun",
+                    "SpeculativeRun.report", "FormatRun", "FormatRun.report", "FormatRun.plot",
+                    "LoopComparison", "LoopComparison.report", "LoopComparison.plot")},
     # Tensor code that torch traces (torch.compile, ONNX export, the decode loop): a check there would break
     # the trace or slow every step; the functions that feed them check the inputs.
     "experiments.fusion.chain": "traced by torch.compile and the ONNX exporter; chain_inputs checks inputs",

@@ -5,7 +5,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: env lab test lint unit notebooks clean browser-deps grading-deps gradebook-deps hub-deps colab-overlay lab-settings
+.PHONY: env lab test lint unit notebooks clean browser-deps grading-deps gradebook-deps hub-deps colab-overlay \
+	lab-settings engine-deps engine
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,6 +55,16 @@ hub-deps: env          ## install configurable-http-proxy (npm) into .venv when 
 	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nodejs npm; }; \
 	  npm install --global --silent --prefix $(VENV) configurable-http-proxy@$(CHP_VERSION); }
 
+# The serving engine (lesson 11): llama.cpp's llama-server built from source with CMake and the C++ compiler,
+# once, cached in ~/.cache/hwopt/llama.cpp (hwopt/kernels/llama_build.py; about 11 CPU-minutes).
+engine-deps:           ## install CMake and g++ via apt when missing
+	@{ command -v cmake >/dev/null && command -v c++ >/dev/null; } || ! command -v apt-get >/dev/null || { \
+	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq cmake g++; }
+
+engine: env engine-deps  ## build llama-server (cached; nothing to do once built)
+	$(PY) -m hwopt engine
+
 # Colab compatibility test: Colab's widget and IPython versions (hwopt/course/colab_pip_freeze.txt) in a folder
 # prepended to PYTHONPATH.
 colab-overlay: env     ## Colab's ipywidgets 7.7.1 / IPython 7.34 stack in .venv-colab-overlay/
@@ -62,7 +73,7 @@ colab-overlay: env     ## Colab's ipywidgets 7.7.1 / IPython 7.34 stack in .venv
 # The tests that time nothing run on TEST_WORKERS processes (pytest-xdist, a notebook or test file each);
 # those marked `timing` compare measured times, so they run afterwards, alone.
 TEST_WORKERS ?= 2
-test: env lab-settings browser-deps grading-deps gradebook-deps hub-deps colab-overlay  ## lint, then every test (unit, notebooks, grading, browser, hub)
+test: env lab-settings browser-deps grading-deps gradebook-deps hub-deps colab-overlay engine  ## lint, then every test (unit, notebooks, grading, browser, hub, engine)
 	ruff check .
 	$(PY) -m pytest -n $(TEST_WORKERS) -m "not timing"
 	$(PY) -m pytest -m timing

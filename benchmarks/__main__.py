@@ -15,11 +15,11 @@ from types import SimpleNamespace
 
 import torch
 
-from benchmarks import course, decode_scaling, effects, fidelity, figures, grading, report
+from benchmarks import course, decode_scaling, effects, fidelity, figures, grading, llm_formats, report
 from hwopt.machine import card, probe
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ("fidelity", "effects", "notebooks", "grading", "scaling")
+SECTIONS = ("fidelity", "effects", "notebooks", "grading", "scaling", "llm")
 
 
 def measured_probe(doc: dict):
@@ -79,12 +79,17 @@ def _section_scaling(doc, ctx):
     ctx["stats"] += s
 
 
+def _section_llm(doc, ctx):
+    doc["llm_formats"] = llm_formats.measure(quick=ctx["quick"])
+
+
 STEPS = {
     "fidelity": ("1. probe fidelity (STREAM, sgemm, FMA peak vs the toolkit's probes)", _section_fidelity),
     "effects": ("2. headline effects of the lessons", _section_effects),
     "notebooks": ("3. course cost: executing every notebook headless", _section_notebooks),
     "grading": ("3. course cost: grading an honest class, then the sample mix", _section_grading),
     "scaling": ("4. scaling: bandwidth vs array size, GEMV vs matrix size", _section_scaling),
+    "llm": ("5. the trained LLM in every weight format: perplexity and top-1 agreement", _section_llm),
 }
 
 
@@ -124,6 +129,7 @@ def run(out_dir: Path, *, quick: bool, sections=SECTIONS, class_size: int | None
                             skipped, grading.grading_workers()),
                         "notes": []},
         "scaling": {"bandwidth": [], "gemv": [], "grading": [], "notes": []},
+        "llm_formats": {"rows": [], "notes": [skipped]},
         "noise": {}, "plots": {},
     }
     # compiled kernels and the kernels' logs stay out of the report, deleted with their folder at the end

@@ -373,6 +373,9 @@ SCHEMA = {
             "grading_honest": _GRADING, "grading_parallel": _PARALLEL}},
         "scaling": {**_SECTION, "required": ["bandwidth", "gemv", "grading", "notes"], "properties": {
             "bandwidth": _SERIES, "gemv": _SERIES, "grading": _SERIES}},
+        "llm_formats": {**_SECTION, "required": ["rows", "notes"], "properties": {  # optional: older reports
+            "rows": {"type": "array", "items": {"type": "object", "required": [
+                "precision", "bytes_per_weight", "perplexity", "top1_agreement"]}}}},
         "noise": {"type": "object", "required": ["threshold", "series", "noisy", "warnings"]},
         "plots": {"type": "object", "additionalProperties": {"type": "string"}},
     },
@@ -458,6 +461,15 @@ def series_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
     for r in rows:
         lines.append("| " + " | ".join(_fmt(r.get(c)) if not isinstance(r.get(c), str) else r[c]
                                        for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def llm_table(rows: Sequence[dict]) -> str:
+    """Markdown table of the trained LLM's formats: bytes per weight (scales included), perplexity (3
+    decimals: formats differ in the second), top-1 agreement with fp32."""
+    lines = ["| format | bytes per weight | validation perplexity | top-1 agreement |", "|---|---|---|---|"]
+    lines += [f"| {r['precision']} | {r['bytes_per_weight']:.4g} | {r['perplexity']:.3f} | "
+              f"{r['top1_agreement']:.1%} |" for r in rows]
     return "\n".join(lines)
 
 
@@ -620,6 +632,10 @@ def render_markdown(doc: dict) -> str:
     if scal["grading"]:
         out += [series_table(scal["grading"], ["class_size", "notebooks", "total_s", "s_per_notebook"]), ""]
     out.append(_notes(scal["notes"]))
+    if "llm_formats" in doc:  # reports written before it have none
+        llm = doc["llm_formats"]
+        out += ["## 5. The course's trained LLM in each weight format\n",
+                llm_table(llm["rows"]) if llm["rows"] else "(not measured)", "", _notes(llm["notes"])]
     out += [
         "## Noise\n",
         f"{noise['noisy']} of {len(noise['series'])} timed series had a relative IQR above "

@@ -10,9 +10,10 @@ modules import each other in a circle).
 3. roofline: the pure maths of the roofline (intensity, ridge point, attainable FLOP/s, time bound, the plot);
    quantization: the codes and scales every format stores (integer grids per tensor, channel or block, fp8,
    MXFP4, NVFP4), computed in one place for the lessons and the kernels, which only pack them.
-4. machine/ (measuring the machine): hardware (what is this machine), toolchain (its C compiler), specs (the
-   chip table and each chip's peak rule), bench (timing), probe (live ceilings: GB/s, FLOP/s), card (the
-   machine card), power (energy counters: RAPL, NVML).
+4. machine/ (measuring the machine): hardware (what is this machine), toolchain (its C and C++ compilers,
+   CMake), specs (the chip table and each chip's peak rule), bench (timing), probe (live ceilings: GB/s,
+   FLOP/s), card (the machine card), power (energy counters: RAPL, NVML), loadgen (an open- and closed-loop
+   load generator for OpenAI-compatible servers: TTFT, TPOT, goodput).
 5. cost/ (models of cost): costs (time and dollars per chip), batching, serving (queueing, chunked prefill),
    shapes (the model table), footprint (memory capacity: weights + KV cache + activations), phases (prefill
    and decode: FLOPs, bytes, intensity), paging (contiguous vs paged KV-cache allocation), speculative (tokens
@@ -21,7 +22,8 @@ modules import each other in a circle).
    degree that fits, the decode bound with all-reduces), pipeline (the bubble), disaggregation (sending a KV
    cache vs prefilling again), energy (J/token, $ per 1M tokens).
 6. kernels/ (code that computes fast): lowbit_gemv (the course's C kernel, built on the learner's machine,
-   and its loader), ort (ONNX Runtime: export, sessions, graph optimization, quantized graphs).
+   and its loader), ort (ONNX Runtime: export, sessions, graph optimization, quantized graphs), llama_build
+   (llama.cpp's llama-server built from source, cached), llama_server (it started, checked and stopped).
 7. models/ (model definitions): mlp, classifier (the digits MLP), tiny_decoder (a decoder-only transformer
    with a KV cache, its single-token steps in the C kernel where it builds).
 8. experiments/ (what the lessons run and report): roofline_points, decode (decode steps by runtime and
@@ -31,7 +33,11 @@ modules import each other in a circle).
    speculative decoding), attention (naive vs fused vs tiled attention), launch_overhead (per-op overhead,
    CUDA graphs), distributed (groups of worker processes, always stopped), tensor_parallel_block (a
    Megatron-split block measured), pipeline_parallel (stages in processes, the bubble measured), moe_layer (a
-   routed MoE layer measured), parallel_summary (lesson 12's summary).
+   routed MoE layer measured), parallel_summary (lesson 12's summary), serving_engine (lesson 11: the trained
+   model in llama-server under load); on the course's trained LLM: llm_accuracy (perplexity and top-1
+   agreement per weight format), llm_quantization (W8A8, SmoothQuant, AWQ, GPTQ by perplexity), gptq,
+   llm_kv_cache (the KV cache in fewer bits), llm_speculative (speculative decoding with the trained draft or
+   prompt lookup).
 9. course/ (course machinery, imported by no lesson): grading (nbgrader, judge, sandbox, a class graded, the
    sample submissions, every grading setting; `python -m hwopt.course.grading`), exercises (what the
    assignments' visible tests share), colab, quiz (the practice quiz's bank and each student's draw from it),

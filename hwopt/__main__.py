@@ -1,17 +1,24 @@
 """Command line: `python -m hwopt info [--probe] [--json] [--device auto|cpu|cuda|mps]`: the machine card;
 `python -m hwopt lab` and `python -m hwopt test [PYTEST_ARGS]`: what `make lab` and `make test` run, in this
-environment (Windows and machines without make; the system packages are left to the Makefile's apt steps)."""
+environment (Windows and machines without make; the system packages are left to the Makefile's apt steps);
+`python -m hwopt engine`: build llama.cpp's server once (`make engine`); `python -m hwopt serve [--port N]
+[--model target|draft|FILE.gguf] [--precision Q8_0|F16|Q4_0]`: the course's model behind an OpenAI-compatible
+API on 127.0.0.1 until Ctrl-C."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from hwopt.course import colab
+from hwopt.experiments import serving_engine
+from hwopt.kernels import llama_build, llama_server
 from hwopt.machine.card import machine_card
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,9 +42,66 @@ def build_parser() -> argparse.ArgumentParser:
     for command in (lab, test):
         command.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     test.add_argument("--no-setup", action="store_true",
-                      help="skip the setup steps (JupyterLab settings, Colab overlay): lint and pytest only")
+                      help="skip the setup steps (JupyterLab settings, Colab overlay, the serving engine's "
+                           "build): lint and pytest only")
     test.add_argument("pytest_args", nargs=argparse.REMAINDER, help="arguments for pytest (default: none)")
+    engine = sub.add_parser("engine", help="build llama.cpp's llama-server once (cached; as `make engine`)")
+    engine.add_argument("--jobs", type=int, default=None, help="compile jobs (default: every core)")
+    serve = sub.add_parser("serve", help="serve the course's model with llama-server's OpenAI-compatible API "
+                                         "on 127.0.0.1 until Ctrl-C (builds the engine first if needed)")
+    serve.add_argument("--port", type=int, default=8080, help="port on 127.0.0.1 (default: 8080)")
+    serve.add_argument("--model", default="target",
+                       help="target (default) or draft, the course's models, or a GGUF file")
+    serve.add_argument("--precision", default="Q8_0",
+                       help="weights of the course's model: Q8_0 (default), F16 or Q4_0 (or int8_g32, fp16, "
+                            "int4_g32)")
+    serve.add_argument("--parallel", type=int, default=4, help="parallel slots: requests decoded together "
+                                                               "(default: 4)")
+    serve.add_argument("--threads", type=int, default=None,
+                       help="CPU threads (default: torch's thread count)")
     return parser
+
+
+def engine_command(args) -> int:
+    """Build llama-server (or find it built); prints its path and how long the build took."""
+    try:
+        binary = llama_build.server_binary(jobs=args.jobs)
+    except (llama_build.EngineUnavailable, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    info = llama_build.build_info(binary)
+    took = f" (built in {info['seconds']:,.0f} s on {info['jobs']} jobs)" if info else ""
+    print(f"llama-server: {binary}{took}")
+    return 0
+
+
+def serve_command(args) -> int:
+    """Serve the model until Ctrl-C or SIGTERM; 1 with a message when it cannot start."""
+    try:
+        llama_build.server_binary()
+        server = serving_engine.trained_server(args.model, args.precision, port=args.port,
+                                               parallel=args.parallel, threads=args.threads)
+        server.start()
+    except (llama_build.EngineUnavailable, llama_server.EngineFailed, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill` stops it as Ctrl-C does
+    try:
+        print(f"serving {server.model.name} on {server.base_url} (OpenAI API; log: {server.log_path})\n"
+              f"  curl {server.base_url}/completions -H 'Content-Type: application/json' "
+              f"-d '{{\"prompt\": \"def fib(n):\", \"max_tokens\": 32}}'\n"
+              f"  openai.OpenAI(base_url=\"{server.base_url}\", api_key=\"none\")\n"
+              "Ctrl-C stops it.", flush=True)
+        while True:
+            server.check()
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        return 0
+    except llama_server.EngineFailed as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    finally:
+        server.stop()
 
 
 def install_lab_settings(prefix: str | Path = sys.prefix) -> Path:
@@ -91,6 +155,10 @@ def course_command(args) -> int:
     if not (args.no_setup or args.dry_run):
         install_lab_settings()
         colab.build_overlay(ROOT / COLAB_OVERLAY)
+        try:  # as `make engine`; where it cannot be built, the engine's tests say why when skipped
+            llama_build.server_binary()
+        except llama_build.EngineUnavailable as error:
+            print(f"note: {error}", file=sys.stderr)
     return run_steps(test_commands(args.pytest_args), args.dry_run)
 
 
@@ -99,6 +167,10 @@ def main(argv=None, probe_fn=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("lab", "test"):
         return course_command(args)
+    if args.command == "engine":
+        return engine_command(args)
+    if args.command == "serve":
+        return serve_command(args)
 
     precisions = (None if args.precisions is None
                   else [d.strip() for d in args.precisions.split(",") if d.strip()])

@@ -132,6 +132,12 @@ class Format:
         return f"{self.name} ({self.layout}: {self.bytes_per_weight:g} B/weight{scales})"
 
 
+# Group scales run along the dot product's sum (the input dimension), so no int kernel applies them once after
+# it: W4A16 kernels (Marlin, AWQ's, GPTQ's) dequantize the weights to fp16 and multiply in fp16; W8A8/W4A8
+# kernels scale each group's partial sum.
+_GROUPED = ("stored as int{bits}; computed in fp16 after dequantizing (weight-only kernels), or as int{bits} "
+            "with each group's scale applied to its partial sum")
+
 _FORMATS = (
     Format("fp64", 64, "float", "", "every CPU; HPC GPUs (A100, H100, MI300) at full rate, others slowly",
            "float64", ("float64", "double"), element="E11M52"),
@@ -145,25 +151,27 @@ _FORMATS = (
            "x86 AVX-512 BF16 (Zen 4, Cooper Lake) and AMX (Sapphire Rapids)", "bfloat16", ("bfloat16",),
            element="E8M7"),
     Format("fp8_e4m3", 8, "float", "fp8_tflops",
-           "NVIDIA Ada, Hopper and Blackwell; AMD MI300 and later; Gaudi 2 and 3; TPU v7; Trainium2",
+           "NVIDIA Ada, Hopper and Blackwell; AMD MI300 and later; Gaudi 2 and 3; TPU v7; Trainium2 (TPU v5p "
+           "and v6e, Inferentia2 and Trainium take it at their bf16 rate)",
            "float8_e4m3fn", ("fp8", "e4m3", "float8_e4m3fn", "float8_e4m3"), element="E4M3"),
     Format("fp8_e5m2", 8, "float", "fp8_tflops", "as fp8_e4m3 (the wider-range, coarser FP8 variant)",
            "float8_e5m2", ("e5m2", "float8_e5m2"), element="E5M2"),
     Format("int8", 8, "int", "int8_tops",
            "x86 VNNI (AVX-512 VNNI, AVX-VNNI) and AMX, Arm dot-product CPUs, NVIDIA Turing and later, "
            "AMD GPUs, NPUs", "int8", ("qint8", "i8")),
-    Format("int8_g32", 8, "int", "int8_tops", "as int8 (its scales are applied after the dot product)",
+    Format("int8_g32", 8, "int", "int8_tops", _GROUPED.format(bits=8),
            None, ("int8-g32",), block=32, scale_bits=32, scale_format="fp32"),
-    Format("int8_g128", 8, "int", "int8_tops", "as int8 (its scales are applied after the dot product)",
+    Format("int8_g128", 8, "int", "int8_tops", _GROUPED.format(bits=8),
            None, ("int8-g128",), block=128, scale_bits=32, scale_format="fp32"),
     Format("int4", 4, "int", "int4_tops",
            "NVIDIA Turing and Ampere tensor cores; elsewhere unpacked to int8 or fp16 to compute",
            None, ("i4",)),
-    Format("int4_g32", 4, "int", "int4_tops", "as int4 (its scales are applied after the dot product)",
+    Format("int4_g32", 4, "int", "int4_tops", _GROUPED.format(bits=4),
            None, ("int4-g32",), block=32, scale_bits=32, scale_format="fp32"),
-    Format("int4_g64", 4, "int", "int4_tops", "as int4 (its scales are applied after the dot product)",
+    Format("int4_g64", 4, "int", "int4_tops", _GROUPED.format(bits=4),
            None, ("int4-g64",), block=64, scale_bits=16, scale_format="fp16"),
-    Format("int4_g128", 4, "int", "int4_tops", "as int4 (the usual weight-only LLM layout, AWQ/GPTQ)",
+    Format("int4_g128", 4, "int", "int4_tops", _GROUPED.format(bits=4) + "; the usual weight-only LLM layout "
+           "(AWQ, GPTQ)",
            None, ("int4-g128",), block=128, scale_bits=16, scale_format="fp16"),
     Format("int2", 2, "int", "", "nowhere: unpacked to wider types to compute", None, ("i2",)),
     Format("mxfp4", 4, "float", "mxfp4_tflops", "NVIDIA Blackwell (B200, B300, RTX 50), AMD MI355X",

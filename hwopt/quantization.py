@@ -28,7 +28,7 @@ import torch
 from hwopt import arguments, formats
 
 __all__ = ["BITS", "Quantized", "blocked", "fake_quantize", "levels", "quantize", "representable_values",
-           "round_to_float"]
+           "round_to_float", "round_to_scales"]
 
 BITS = (2, 16)  # the bit widths an integer grid given by its bits may have (lesson 4's slider)
 _SIGNED_FLOATS = tuple(e.name for e in formats.ENCODINGS.values() if e.signed)
@@ -362,3 +362,25 @@ def fake_quantize(x, precision: str | int | formats.Format, *, block: int | None
     Arguments as quantize's."""
     return quantize(x, precision, block=block, per_channel=per_channel, symmetric=symmetric,
                     axis=axis).dequantize()
+
+
+def round_to_scales(x, scales, precision: str | int | formats.Format):
+    """x rounded on the symmetric grid of an integer format with scales given (broadcast against x):
+    clamp(round(x / scales), -qmax, qmax) * scales, same shape, type and dtype as x. For a quantizer that
+    fixes the scales first and rounds later (GPTQ rounds a column at a time with its group's scales, taken
+    from quantize)."""
+    f = _grid(precision)
+    if f.kind != "int":
+        raise ValueError(f"precision must be an integer format (its grid is scale x integer codes); got "
+                         f"{f.name!r}")
+    values, like = _numpy(x)
+    steps, _ = _numpy(scales, "scales")
+    if np.any(steps <= 0):
+        raise ValueError("scales must be positive")
+    try:
+        steps = np.broadcast_to(steps, values.shape).astype(values.dtype, copy=False)
+    except ValueError:
+        raise ValueError(f"scales must broadcast against x's shape {values.shape}; got "
+                         f"{steps.shape}") from None
+    qmax = 2 ** (f.bits - 1) - 1
+    return _like(np.clip(np.rint(values / steps), -qmax, qmax) * steps, like)

@@ -1,6 +1,10 @@
 """Helpers shared by the tests (`tests.support`: pytest's `pythonpath` setting puts the root on the path)."""
 
+import json
 import os
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from distributed import Client
@@ -23,3 +27,69 @@ def dask_scheduler_saturation(address: str) -> float:
     """Tasks the scheduler at address sends a worker per thread before that worker finishes one."""
     with Client(address) as client:
         return client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.WORKER_SATURATION)
+
+
+class ScriptedServer:
+    """An OpenAI-compatible server with known delays, for testing a load generator: POST /v1/completions
+    (or /v1/chat/completions) streams `tokens` chunks, the first ttft_ms after the request came, then one
+    every gap_ms. A prompt 'ttft=30 gap=5 tokens=4' sets the script of its own request. workers=1 answers
+    one request at a time (the others queue, as on a saturated engine). `with ScriptedServer() as s: ...`"""
+
+    def __init__(self, ttft_ms: float = 20.0, gap_ms: float = 5.0, tokens: int = 4,
+                 workers: int | None = None):
+        script = {"ttft": ttft_ms, "gap": gap_ms, "tokens": tokens}
+        serial = threading.Semaphore(workers) if workers else None
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_POST(self):
+                received = time.perf_counter()
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                text = body.get("prompt") or body["messages"][-1]["content"]
+                mine = dict(script)
+                for part in text.split():
+                    key, _, value = part.partition("=")
+                    if key in mine:
+                        mine[key] = float(value)
+                if serial:
+                    serial.acquire()
+                    received = time.perf_counter()  # served from now: the wait in the queue is the client's
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    chat = self.path.endswith("chat/completions")
+                    for i in range(int(mine["tokens"])):
+                        due = received + (mine["ttft"] + i * mine["gap"]) / 1000
+                        time.sleep(max(0.0, due - time.perf_counter()))
+                        piece = {"delta": {"content": f"t{i}"}} if chat else {"text": f"t{i}"}
+                        self.wfile.write(f"data: {json.dumps({'choices': [piece]})}\n\n".encode())
+                        self.wfile.flush()
+                    usage = {"choices": [], "usage": {"completion_tokens": int(mine["tokens"])}}
+                    self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
+                    pass
+                finally:
+                    if serial:
+                        serial.release()
+
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 256  # every request of a burst connects at once (the default backlog is 5)
+            daemon_threads = True
+
+        self._server = Server(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._server.shutdown()
+        self._server.server_close()

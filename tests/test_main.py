@@ -1,12 +1,17 @@
 """`python -m hwopt lab` and `python -m hwopt test`: the steps of `make lab` and `make test` in Python."""
 
 import re
+import signal
+import socket
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 import hwopt.__main__ as cli
+from hwopt.kernels import llama_build, llama_server
+from tests.support import skip_outside_ci
 
 ROOT = cli.ROOT
 
@@ -71,3 +76,49 @@ def test_info_still_prints_the_card():
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["nothing"])
     assert cli.build_parser().parse_args(["info", "--json"]).json
+
+
+@pytest.fixture
+def engine():
+    if llama_build.built_binary() is None:
+        skip_outside_ci(f"llama-server is not built here ({llama_build.unavailable_reason()})")
+
+
+def test_serve_answers_the_openai_client_and_stops_with_nothing_left(engine):
+    openai = pytest.importorskip("openai")
+    port = llama_server.free_port()
+    serve = subprocess.Popen([sys.executable, "-m", "hwopt", "serve", "--port", str(port), "--model", "draft",
+                              "--parallel", "2"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        first = serve.stdout.readline()
+        assert first.startswith("serving hwopt-draft-Q8_0") and f"127.0.0.1:{port}/v1" in first, (
+            first + serve.stderr.read() if serve.poll() is not None else first)
+        engine_pids = [p.pid for p in psutil.Process(serve.pid).children(recursive=True)]
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none")
+        answer = client.completions.create(model="hwopt", prompt="import os\n", max_tokens=8)
+        assert answer.choices[0].text
+        stream = client.chat.completions.create(model="hwopt", stream=True, max_tokens=8,
+                                                messages=[{"role": "user", "content": "read a file"}])
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices).strip()
+        body = '{"prompt": "def f():", "max_tokens": 4}'
+        done = subprocess.run(["curl", "-s", f"http://127.0.0.1:{port}/v1/completions", "-H",
+                               "Content-Type: application/json", "-d", body],
+                              capture_output=True, text=True, timeout=60)
+        assert '"choices"' in done.stdout
+    finally:
+        serve.send_signal(signal.SIGTERM)  # as `kill` does; Ctrl-C takes the same path
+        code = serve.wait(30)
+    assert code == 0
+    assert engine_pids and not [p for p in engine_pids if psutil.pid_exists(p)
+                                and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_serve_on_a_busy_port_says_so(engine):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "hwopt", "serve", "--port", str(port), "--model", "draft"]
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and f"port {port} on 127.0.0.1 is already in use" in done.stderr

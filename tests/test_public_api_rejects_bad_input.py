@@ -58,8 +58,12 @@ from hwopt.experiments import (
     distributed,
     fake_quant,
     fusion,
+    gptq,
     launch_overhead,
     llm_accuracy,
+    llm_kv_cache,
+    llm_quantization,
+    llm_speculative,
     model_card,
     moe_layer,
     outliers,
@@ -69,13 +73,14 @@ from hwopt.experiments import (
     prefill_decode,
     profiling,
     roofline_points,
+    serving_engine,
     tensor_parallel_block,
 )
 from hwopt.experiments import (
     speculative_decoding as sd,
 )
-from hwopt.kernels import lowbit_gemv, ort
-from hwopt.machine import bench, card, hardware, power, probe, specs, toolchain
+from hwopt.kernels import llama_build, llama_server, lowbit_gemv, ort
+from hwopt.machine import bench, card, hardware, loadgen, power, probe, specs, toolchain
 from hwopt.models import (
     checkpoint,
     classifier,
@@ -563,11 +568,15 @@ def chunked_requests():
 
 @functools.cache
 def phase_runs() -> dict:
-    return {name: serving.simulate_chunked_prefill(*chunked_requests(), 4, 1.0, 0.5, 0.1, chunk)
+    return {name: serving.simulate_chunked_prefill(*chunked_requests(), 4, 1.0, 0.1, chunk)
             for name, chunk in (("whole prompts", None), ("chunks of 16", 16))}
 
 
 @functools.cache
+def llm_kv_rows() -> list:
+    return [{"variant": "KV fp16", "kv_bytes_per_value": 2.0, "perplexity": 60.0, "top1_agreement": 1.0}]
+
+
 def kv_rows() -> list:
     return prefill_decode.kv_quantization_error(decoder(), 4, ("int8",), 2)
 
@@ -712,8 +721,46 @@ def gguf_file() -> Path:
     return gguf_export.write(small_llama(), TMP / "small.gguf", "Q8_0")
 
 
+def load_result() -> loadgen.LoadResult:
+    records = tuple(loadgen.RequestRecord(0.0, 0.0, (0.1 * i, 0.1 * i + 0.02), 0.1 * i + 0.02, 2)
+                    for i in range(1, 4))
+    return loadgen.LoadResult(records, "closed", users=2, label="two users")
+
+
+def chunked_result() -> serving_engine.ChunkedPrefill:
+    return serving_engine.ChunkedPrefill(((16, 16),), 64, (load_result(),), (30.0,))
+
+
+@functools.cache
+def saved_run() -> Path:
+    return serving_engine.save({"loops": serving_engine.LoopComparison(load_result(), load_result())},
+                               TMP / "serving_run.json")
+
+
 def format_rows() -> list:
     return [{"precision": "fp32", "bytes_per_weight": 4.0, "perplexity": 10.0, "top1_agreement": 1.0}]
+
+
+@functools.cache
+def course_draft():
+    return llm_accuracy.load("draft")[0]
+
+
+def short_prompt() -> torch.Tensor:
+    return torch.tensor([[5, 6, 7, 5, 6]])
+
+
+def slice_row() -> dict:
+    return {"tokens": 1024, "seq_len": 512, "eval_set": "validation", "available_tokens": 4096}
+
+
+def calibration_tokens() -> torch.Tensor:
+    return torch.arange(32).view(2, 16) % 100
+
+
+@functools.cache
+def small_inputs() -> dict:
+    return llm_quantization.group_inputs(small_llama(), calibration_tokens())
 
 
 def within(module: str, calls: dict) -> dict:
@@ -855,6 +902,8 @@ VALID: dict[str, Callable[[], Call]] = {
         "kv_crossover_context": lambda: call(phases.kv_crossover_context, shape(), 2, "fp16", "int8"),
         "kv_report": lambda: call(phases.kv_report, shape(), "fp16", (1, 16)),
         "phase_table": lambda: call(phases.phase_table, [shape()], 16, 32, 2, "fp16", 1e12, 20.0),
+        "serving_step_costs": lambda: call(phases.serving_step_costs, shape(), 20.0, 1e12, "fp16", 64,
+                                           "int8"),
     }),
     **within("cost.moe", {
         "expected_distinct_experts": lambda: call(moe.expected_distinct_experts, 32, 2, 8),
@@ -937,12 +986,19 @@ VALID: dict[str, Callable[[], Call]] = {
         "mixed_requests": lambda: call(serving.mixed_requests, 20, 10.0, 4, 64, 0.2, 4.0, 0,
                                        zero="long_fraction seed", bounded="long_fraction"),
         "simulate_chunked_prefill": lambda: call(serving.simulate_chunked_prefill, [0.0, 5.0], [8, 200],
-                                                 [20, 5], 4, 1.0, 0.5, 0.1, 16,
-                                                 zero="arrivals step_overhead_ms"),
+                                                 [20, 5], 4, 1.0, 0.1, 16, 0.5, 0.2,
+                                                 zero="arrivals weight_read_ms kv_read_per_seq_ms "
+                                                      "step_overhead_ms"),
+        "mixed_step_ms": lambda: call(serving.mixed_step_ms, 4, 16, 1.0, 0.1, 0.5, 0.2,
+                                      zero="decoding prefill_tokens weight_read_ms kv_read_per_seq_ms "
+                                           "step_overhead_ms"),
+        "tokens_at_ridge": lambda: call(serving.tokens_at_ridge, 1.0, 0.01, 4, 0.1,
+                                        zero="weight_read_ms decoding kv_read_per_seq_ms"),
         "PhaseLatencyStats.percentile": lambda: call(phase_runs()["whole prompts"].percentile, "tpot", 99.0,
                                                      zero="q", bounded="q"),
-        "chunked_prefill_explorer": lambda: call(serving.chunked_prefill_explorer, 1.0, 0.5, 0.1,
-                                                 chunked_requests(), 4, zero="step_overhead_ms",
+        "chunked_prefill_explorer": lambda: call(serving.chunked_prefill_explorer, 1.0, 0.1,
+                                                 chunked_requests(), 4, 0.5, 0.2,
+                                                 zero="weight_read_ms kv_read_per_seq_ms step_overhead_ms",
                                                  opaque="requests"),
         "plot_phase_latencies": lambda: call(serving.plot_phase_latencies, phase_runs()),
         "arrivals_ms": lambda: call(serving.arrivals_ms, 100.0, 50, 1, zero="seed"),
@@ -1421,7 +1477,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "predicted_slowdowns": lambda: call(prefill_decode.predicted_slowdowns, decoder(), (4, 8), 2, "cpu"),
         "context_steps": lambda: call(prefill_decode.context_steps, decoder(), (4, 8), 2, "cpu"),
         "decode_vs_context": lambda: call(prefill_decode.decode_vs_context, decoder(), (4, 8), 2, "cpu", 1),
-        "context_report": lambda: call(prefill_decode.context_report, context_sweep(), 20.0),
+        "context_report": lambda: call(prefill_decode.context_report, context_sweep(), 20.0, 1e11),
         "plot_decode_vs_context": lambda: call(prefill_decode.plot_decode_vs_context, context_sweep()),
         "quantize_kv": lambda: call(prefill_decode.quantize_kv, torch.randn(2, 3, 8), "int8",
                                     signed="tensor"),
@@ -1430,10 +1486,12 @@ VALID: dict[str, Callable[[], Call]] = {
         "kv_precision_table": lambda: call(prefill_decode.kv_precision_table, kv_rows(), opaque="rows"),
         "serving_costs": lambda: call(prefill_decode.serving_costs, phase_times(), context_sweep()),
         "lesson_summary": lambda: call(prefill_decode.lesson_summary, phase_times(), context_sweep(),
-                                       kv_rows(), phase_runs(), opaque="kv_rows"),
+                                       llm_kv_rows(), phase_runs(), opaque="kv_rows"),
     }),
     **within("machine.toolchain", {
         "c_compiler": lambda: call(toolchain.c_compiler, "gcc", text="cc"),
+        "cxx_compiler": lambda: call(toolchain.cxx_compiler, "g++", text="cxx"),
+        "cmake": lambda: call(toolchain.cmake, "cmake", text="path"),
         "cache_dir": lambda: call(toolchain.cache_dir),
     }),
     **within("models.mlp", {
@@ -1552,6 +1610,8 @@ VALID: dict[str, Callable[[], Call]] = {
         "fake_quantize": lambda: call(quantization.fake_quantize, weight(), "mxfp4", block=8,
                                       per_channel=False, symmetric=True, axis=0, signed="x axis",
                                       zero="axis"),
+        "round_to_scales": lambda: call(quantization.round_to_scales, weight(), torch.full((8, 1), 0.1),
+                                        "int4", signed="x"),
         "Quantized.dequantize": lambda: call(quantization.quantize(weight(), "nvfp4").dequantize),
         "Quantized.steps": lambda: call(quantization.quantize(weight(), "int4_g32").steps),
         "Quantized.numpy": lambda: call(quantization.quantize(weight(), 4, symmetric=False).numpy),
@@ -1566,6 +1626,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "Llama": lambda: call(llama.Llama, small_config()),
         "Llama.parameter_count": lambda: call(small_llama().parameter_count, True),
         "Llama.new_cache": lambda: call(small_llama().new_cache, 1, 16),
+        "Llama.rotary": lambda: call(small_llama().rotary, 0, 8, torch.float32, "cpu", zero="start"),
         "Llama.generate": lambda: call(small_llama().generate, torch.tensor([[1, 2, 3]]), 2, temperature=0.0,
                                        seed=0, zero="tokens temperature seed"),
     }),
@@ -1574,6 +1635,7 @@ VALID: dict[str, Callable[[], Call]] = {
         "documents": lambda: call(corpus.documents, str(source_folder())),
         "is_validation": lambda: call(corpus.is_validation, "json", text="module"),
         "split": lambda: call(corpus.split, documents()),
+        "calibration_documents": lambda: call(corpus.calibration_documents, documents(), 100, 10_000),
         "manifest": lambda: call(corpus.manifest, documents(), []),
         "write_validation": lambda: call(corpus.write_validation, documents(), TMP / "written.txt"),
         "read_validation": lambda: call(corpus.read_validation, validation_file()),
@@ -1621,9 +1683,10 @@ VALID: dict[str, Callable[[], Call]] = {
         "quantize_q4_k": lambda: call(gguf_export.quantize_q4_k, np.ones((1, 256), dtype=np.float32),
                                       signed="rows", zero="rows"),
         "write": lambda: call(gguf_export.write, small_llama(), str(TMP / "written.gguf"), "Q8_0",
-                              text="name"),
+                              text="name chat_template"),
         "read": lambda: call(gguf_export.read, str(gguf_file())),
         "load": lambda: call(gguf_export.load, str(gguf_file()), "cpu"),
+        "cached": lambda: call(gguf_export.cached, "draft", "Q4_0"),
     }),
     **within("experiments.llm_accuracy", {
         "load": lambda: call(llm_accuracy.load, "draft", "cpu"),
@@ -1637,12 +1700,134 @@ VALID: dict[str, Callable[[], Call]] = {
         "table": lambda: call(llm_accuracy.table, "draft", ["fp32"], seq_len=32, max_windows=1, cache=False,
                               progress=False),
         "plot_frontier": lambda: call(llm_accuracy.plot_frontier, format_rows()),
+        "evaluate_variant": lambda: call(llm_accuracy.evaluate_variant, "draft", "fp32 again",
+                                         lambda net: (net, 4.0), seq_len=32, max_windows=1, batch_size=1,
+                                         device="cpu", cache=False, progress=False, text="variant"),
+        "describe_slice": lambda: call(llm_accuracy.describe_slice, [slice_row()]),
+        "frontier": lambda: call(llm_accuracy.frontier, format_rows()),
+    }),
+    **within("experiments.llm_kv_cache", {
+        "quantized_kv": lambda: call(llm_kv_cache.quantized_kv, small_llama(), "int4", "per-channel"),
+        "kv_bytes_per_value": lambda: call(llm_kv_cache.kv_bytes_per_value, "int8", 64, "per-token"),
+        "evaluate_kv": lambda: call(llm_kv_cache.evaluate_kv, "draft", "int8", "per-channel", seq_len=32,
+                                    max_windows=1, cache=False, progress=False),
+        "kv_table": lambda: call(llm_kv_cache.kv_table, [{**slice_row(), **llm_kv_rows()[0]}], opaque="rows"),
+    }),
+    **within("experiments.llm_speculative", {
+        "prompt_lookup": lambda: call(llm_speculative.prompt_lookup, [1, 2, 3, 1, 2], 2, 2, zero="history"),
+        "speculative_generate": lambda: call(llm_speculative.speculative_generate, course_draft(),
+                                             short_prompt(), 4, 2, "draft", course_draft(), 2, zero="prompt"),
+        "checked_run": lambda: call(llm_speculative.checked_run, course_draft(), short_prompt(), 4, 2,
+                                    "prompt-lookup", None, zero="prompt"),
+        "validation_prompt": lambda: call(llm_speculative.validation_prompt, "draft", 8, 0, zero="offset"),
+        "step_costs": lambda: call(llm_speculative.step_costs, course_draft(), course_draft(), 8, 2, 1),
+        "compare_generation": lambda: call(llm_speculative.compare_generation, course_draft(), course_draft(),
+                                           short_prompt(), 2, 1, 1, zero="prompt"),
+        "Run.acceptance_by_position": lambda: call(llm_speculative.speculative_generate(
+            course_draft(), short_prompt(), 4, 2, "prompt-lookup").acceptance_by_position),
+    }),
+    **within("experiments.gptq", {
+        "hessian": lambda: call(gptq.hessian, weight(), signed="x"),
+        "gptq_quantize": lambda: call(gptq.gptq_quantize, weight(), gptq.hessian(weight()), "int4", 8,
+                                      0.01, signed="w h"),
+    }),
+    **within("experiments.llm_quantization", {
+        "calibration_windows": lambda: call(llm_quantization.calibration_windows, "draft", 1),
+        "group_inputs": lambda: call(llm_quantization.group_inputs, small_llama(), calibration_tokens(),
+                                     zero="tokens"),
+        "outlier_rows": lambda: call(llm_quantization.outlier_rows, small_inputs(), 6.0, signed="inputs"),
+        "outlier_report": lambda: call(llm_quantization.outlier_report,
+                                       llm_quantization.outlier_rows(small_inputs()), 6.0, zero="rows"),
+        "plot_outliers": lambda: call(llm_quantization.plot_outliers,
+                                      llm_quantization.outlier_rows(small_inputs()), zero="rows"),
+        "w8a8": lambda: call(llm_quantization.w8a8, small_llama(), "smoothquant", calibration_tokens(), 0.5,
+                             8, zero="alpha calibration"),
+        "weight_only": lambda: call(llm_quantization.weight_only, small_llama(), "int4_g32", "gptq",
+                                    calibration_tokens(), 4, zero="calibration"),
+        "evaluate_w8a8": lambda: call(llm_quantization.evaluate_w8a8, "draft", "per-token", 0.5, 8,
+                                      seq_len=32, max_windows=1, cache=False, progress=False, zero="alpha"),
+        "evaluate_weight_only": lambda: call(llm_quantization.evaluate_weight_only, "draft", "int4_g128",
+                                             "rtn", 4, seq_len=32, max_windows=1, cache=False,
+                                             progress=False),
     }),
     **within("experiments.model_card", {
         "measure": lambda: call(model_card.measure, 4, False, run_valid=False),
         "render": lambda: call(model_card.render,
                                json.loads((checkpoint.WEIGHTS_DIR / "MODEL_CARD.json").read_text()),
                                opaque="facts"),
+    }),
+    **within("machine.loadgen", {
+        "percentile": lambda: call(loadgen.percentile, [1.0, 3.0], 50, zero="q"),
+        "poisson_arrivals_s": lambda: call(loadgen.poisson_arrivals_s, 2.0, 3, seed=0, zero="seed"),
+        "LoadResult.values_ms": lambda: call(load_result().values_ms, "itl"),
+        "LoadResult.percentile_ms": lambda: call(load_result().percentile_ms, "ttft", 90, zero="q"),
+        "LoadResult.goodput": lambda: call(load_result().goodput, 250.0, 30.0),
+        "LoadResult.describe": lambda: call(load_result().describe),
+        "LoadResult.table": lambda: call(load_result().table),
+        "comparison_table": lambda: call(loadgen.comparison_table, {"a": load_result()}, 250.0, 30.0,
+                                         opaque="results"),
+        "plot_latency_cdfs": lambda: call(loadgen.plot_latency_cdfs, {"a": load_result()}, "e2e",
+                                          opaque="results"),
+        # No server answers: every bad value must be refused before a request is sent.
+        "run_load": lambda: call(loadgen.run_load, "http://127.0.0.1:9/v1", ["x"], users=1, n_requests=1,
+                                 max_tokens=2, timeout_s=1.0, progress=False, label="l", run_valid=False,
+                                 text="base_url model label", bounded="timeout_s", zero="seed"),
+    }),
+    **within("kernels.llama_build", {
+        "build_info": lambda: call(llama_build.build_info, "/bin/true", text="binary"),
+        "built_binary": lambda: call(llama_build.built_binary),
+        # Builds llama.cpp where it is not built yet (minutes): bad values are refused before that.
+        "server_binary": lambda: call(llama_build.server_binary, 1, False, run_valid=False),
+        "unavailable_reason": lambda: call(llama_build.unavailable_reason),
+    }),
+    **within("kernels.llama_server", {
+        "ggml_type": lambda: call(llama_server.ggml_type, "int8_g32", text="argument"),
+        "check_gguf": lambda: call(llama_server.check_gguf, str(gguf_file()), text="argument"),
+        "port_in_use": lambda: call(llama_server.port_in_use, llama_server.free_port(), text="host"),
+        "free_port": lambda: call(llama_server.free_port, text="host"),
+        "ServerOptions": lambda: call(llama_server.ServerOptions, threads=1, parallel=2, ctx_per_slot=64,
+                                      batch_size=64, ubatch_size=32, kv_precision="int8_g32", draft_max=4,
+                                      poll=0, zero="poll"),
+        "command": lambda: call(llama_server.command, "/bin/true", str(gguf_file()), 8080,
+                                llama_server.ServerOptions(), text="binary host"),
+        "LlamaServer": lambda: call(llama_server.LlamaServer, str(gguf_file()), port=8080,
+                                    startup_timeout_s=5.0, bounded="startup_timeout_s"),
+        "LlamaServer.check": lambda: call(llama_server.LlamaServer(gguf_file()).check),
+        "LlamaServer.stop": lambda: call(llama_server.LlamaServer(gguf_file()).stop),
+        "LlamaServer.log_tail": lambda: call(llama_server.LlamaServer(gguf_file()).log_tail, 5),
+        # A server never started: the valid call needs the engine (tests/kernels/test_llama_server.py).
+        "LlamaServer.request": lambda: call(llama_server.LlamaServer(gguf_file()).request, "/health",
+                                            {"n_predict": 1}, 5.0, run_valid=False, text="path",
+                                            opaque="body", bounded="timeout_s"),
+        "LlamaServer.complete": lambda: call(llama_server.LlamaServer(gguf_file()).complete, "x", 2, 5.0,
+                                             run_valid=False, text="prompt", bounded="timeout_s"),
+    }),
+    **within("experiments.serving_engine", {
+        "unavailable_reason": lambda: call(serving_engine.unavailable_reason),
+        "model_file": lambda: call(serving_engine.model_file, "draft", "int8_g32"),
+        "trained_server": lambda: call(serving_engine.trained_server, "draft", "int4_g32"),
+        "prompt": lambda: call(serving_engine.prompt, 8, 0, zero="offset"),
+        "shape": lambda: call(serving_engine.shape, "draft"),
+        "ChunkedPrefill.worst_gap_ms": lambda: call(chunked_result().worst_gap_ms, 0, zero="i"),
+        "ChunkedPrefill.long_ttft_ms": lambda: call(chunked_result().long_ttft_ms, 0, zero="i"),
+        "ChunkedPrefill.plot_timeline": lambda: call(chunked_result().plot_timeline, 0, zero="i"),
+        "ChunkedPrefill.report": lambda: call(chunked_result().report),
+        "ChunkedPrefill.plot": lambda: call(chunked_result().plot),
+        "slo_explorer": lambda: call(serving_engine.slo_explorer, {"a": load_result()}, opaque="runs"),
+        "lesson_summary": lambda: call(serving_engine.lesson_summary, {"unmeasured": 1}, opaque="run"),
+        "save": lambda: call(serving_engine.save, {"loops": serving_engine.LoopComparison(
+            load_result(), load_result())}, str(TMP / "saved.json"), text="path", opaque="run"),
+        "load_run": lambda: call(serving_engine.load_run, str(saved_run()), text="path"),
+        # Each starts llama-server (tests/experiments/test_serving_engine.py): bad values are refused first.
+        "slots_sweep": lambda: call(serving_engine.slots_sweep, (1, 2), 4, run_valid=False),
+        "prefix_caching": lambda: call(serving_engine.prefix_caching, 16, 4, 2, run_valid=False),
+        "chunked_prefill": lambda: call(serving_engine.chunked_prefill, ((16, 16),), 1, 32, 4,
+                                        run_valid=False),
+        "speculative_decoding": lambda: call(serving_engine.speculative_decoding, 2, 1, 4, run_valid=False),
+        "kv_cache": lambda: call(serving_engine.kv_cache, ("fp16",), 16, 4, run_valid=False),
+        "weight_formats": lambda: call(serving_engine.weight_formats, ("fp16",), 16, 4, run_valid=False),
+        "open_vs_closed": lambda: call(serving_engine.open_vs_closed, 1, 2, 1.5, 4, run_valid=False,
+                                       bounded="load_factor"),
     }),
     **within("formats", {
         "Format.describe": lambda: call(formats.get("int4_g32").describe),
@@ -1693,6 +1878,7 @@ VALID: dict[str, Callable[[], Call]] = {
 EXCLUDED: dict[str, str] = {
     "experiments.speculative_decoding.SpeculativeRun": "a result of speculative_generate",
     "experiments.speculative_decoding.StepCosts": "a result of measure_step_costs",
+    "experiments.llm_speculative.Run": "a result of llm_speculative.speculative_generate",
     # The model's own layers: built by Llama from a checked LlamaConfig, run (and traced for ONNX) on every
     # step; Llama.generate and the evaluation functions check what reaches them.
     "models.llama.Llama.forward": "every decode step and the ONNX trace; generate and measure check inputs",
@@ -1753,6 +1939,16 @@ EXCLUDED: dict[str, str] = {
     "experiments.decode.DecodeResult": "a result of decode.time_paths",
     "kernels.lowbit_gemv.PathComparison": "a result of lowbit_gemv.compare_paths",
     "kernels.lowbit_gemv.KernelPath": "a row of lowbit_gemv.PATHS, the kernel's instruction paths",
+    "machine.loadgen.RequestRecord": "a result of loadgen.run_load",
+    "machine.loadgen.LoadResult": "a result of loadgen.run_load",
+    "kernels.llama_server.LlamaServer.start": "starts the engine (tests/kernels/test_llama_server.py); "
+                                              "LlamaServer checks its arguments when made",
+    # Lesson 11's results, their reports and plots (tests/experiments/test_serving_engine.py).
+    **{f"experiments.serving_engine.{name}": "a result of serving_engine's experiment of that name"
+       for name in ("SlotsSweep", "SlotsSweep.fit", "SlotsSweep.report", "SlotsSweep.plot", "PrefixCaching",
+                    "PrefixCaching.report", "PrefixCaching.plot", "ChunkedPrefill", "SpeculativeRun",
+                    "SpeculativeRun.report", "FormatRun", "FormatRun.report", "FormatRun.plot",
+                    "LoopComparison", "LoopComparison.report", "LoopComparison.plot")},
     # Tensor code that torch traces (torch.compile, ONNX export, the decode loop): a check there would break
     # the trace or slow every step; the functions that feed them check the inputs.
     "experiments.fusion.chain": "traced by torch.compile and the ONNX exporter; chain_inputs checks inputs",

@@ -252,3 +252,17 @@ def test_results_are_arrays_of_the_type_given():
 def test_bad_input_names_the_argument(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_round_to_scales_is_quantize_with_the_scales_given():
+    torch.manual_seed(0)
+    w = torch.randn(8, 64)
+    q = quantization.quantize(w, "int4_g32")
+    scales = torch.repeat_interleave(q.scales, 32, dim=1)
+    assert torch.equal(quantization.round_to_scales(w, scales, "int4_g32"), q.dequantize())
+    column = quantization.round_to_scales(w[:, :1], q.scales[:, :1], 4)  # one column, its group's scales
+    assert torch.equal(column, q.dequantize()[:, :1])
+    with pytest.raises(ValueError, match="integer format"):
+        quantization.round_to_scales(w, scales, "nvfp4")
+    with pytest.raises(ValueError, match="scales"):
+        quantization.round_to_scales(w, -scales, "int4")

@@ -91,7 +91,11 @@ def paging_report(lengths, memory_tokens: int, max_len: int, block_size: int = 1
     elif contiguous.sequences == 0:
         limit = f"not one max_len reservation fits; paging fits {paged.sequences:,}"
     else:
-        limit = f"paging fits {paged.sequences / contiguous.sequences:.1f}x as many sequences"
+        mean = float(np.mean(np.asarray(lengths)))
+        limit = (f"paging fits {paged.sequences / contiguous.sequences:.1f}x as many sequences, for this "
+                 f"workload: each reservation holds max_len = {max_len:,} tokens and these requests average "
+                 f"{mean:,.0f}, so the ratio is at most about max_len / mean length = {max_len / mean:.1f}x; "
+                 "requests of about max_len would leave paging no gain")
     return f"{contiguous}\n{paged}\n{limit}"
 
 

@@ -124,7 +124,10 @@ def decode_tokens_per_s_bound(shape: footprint.ModelShape, context_len: int, ban
 
 def kv_crossover_context(shape: footprint.ModelShape, batch_size: int = 1, precision: str = "fp16",
                          kv_precision: str | None = None) -> int:
-    """Context length (tokens) from which a decode step reads more KV-cache bytes than weight bytes."""
+    """Context length (tokens) from which a decode step reads more KV-cache bytes than weight bytes: the
+    weights a step reads are matmul_params (the input embedding table is not read, only one row of it per
+    token) in `precision`, the KV bytes batch_size x context x kv_bytes_per_token in kv_precision (default:
+    the activations' format). Lessons 2 and 8 both call this one function."""
     weight_bytes, kv_fmt = _check(shape, batch_size, precision, kv_precision)
     per_step_token = batch_size * kv_bytes_per_token(shape, kv_fmt)
     return math.ceil(matmul_params(shape) * weight_bytes / per_step_token)
@@ -140,14 +143,15 @@ def kv_report(shape: footprint.ModelShape, kv_precision: str = "fp16", batch_siz
     crossovers = ", ".join(f"{kv_crossover_context(shape, b, fmt.name, fmt.name):,} at batch {b}"
                            for b in batch_sizes)
     return (f"{shape.name}: {shape.n_kv_heads} KV heads x {shape.head_dim} x {shape.n_layers} layers x 2 "
-            f"(K, V) x {fmt.bytes_per_weight:g} B = {kv_bytes_per_token(shape, fmt.name) / 1024:,.0f} KB "
+            f"(K, V) x {fmt.bytes_per_weight:g} B = {kv_bytes_per_token(shape, fmt.name) / 1e3:,.0f} kB "
             f"per token; "
             f"{fmt.name} KV reads pass the {fmt.name} weights from {crossovers} tokens of context")
 
 
 def phase_table(shapes, prompt_len: int, context_len: int, batch_size: int = 1, precision: str = "fp16",
                 peak_flops: float | None = None, bandwidth_gbs: float | None = None) -> str:
-    """One line per model: prefill and decode-step intensity (FLOP/byte), and with a roofline their times."""
+    """One line per model at batch_size sequences: prefill and decode-step intensity (FLOP/byte), and with a
+    roofline their times, max(FLOP / peak, bytes / bandwidth) (PhaseCost.time_s)."""
     arguments.instance("shapes", shapes, (list, tuple))
     if not shapes:
         raise ValueError("shapes must hold at least one ModelShape")
@@ -155,16 +159,32 @@ def phase_table(shapes, prompt_len: int, context_len: int, batch_size: int = 1, 
     if timed:
         peak_flops = arguments.positive("peak_flops", peak_flops)
         bandwidth_gbs = arguments.positive("bandwidth_gbs", bandwidth_gbs)
-    lines = [f"{'model':<18}{'prefill FLOP/B':>15}{'decode FLOP/B':>15}{'KV KB/token':>13}"
+    lines = [f"{'model':<18}{'batch':>6}{'prefill FLOP/B':>15}{'decode FLOP/B':>15}{'KV kB/token':>13}"
              + (f"{'prefill ms':>12}{'decode ms':>11}" if timed else "")]
     for i, s in enumerate(shapes):
         arguments.instance(f"shapes[{i}]", s, footprint.ModelShape)
         pre = prefill_cost(s, prompt_len, batch_size, precision)
         dec = decode_cost(s, context_len, batch_size, precision)
-        kv_kb = kv_bytes_per_token(s, footprint.kv_precision_for(precision)) / 1024
-        line = f"{s.name:<18}{pre.intensity:>15,.1f}{dec.intensity:>15,.2f}{kv_kb:>13,.0f}"
+        kv_kb = kv_bytes_per_token(s, footprint.kv_precision_for(precision)) / 1e3
+        line = f"{s.name:<18}{batch_size:>6}{pre.intensity:>15,.1f}{dec.intensity:>15,.2f}{kv_kb:>13,.0f}"
         if timed:
             line += (f"{pre.time_s(peak_flops, bandwidth_gbs) * 1e3:>12,.1f}"
                      f"{dec.time_s(peak_flops, bandwidth_gbs) * 1e3:>11,.2f}")
         lines.append(line)
     return "\n".join(lines)
+
+
+def serving_step_costs(shape: footprint.ModelShape, bandwidth_gbs: float, peak_flops: float,
+                       precision: str = "fp16", context_len: int = 1024,
+                       kv_precision: str | None = None) -> dict[str, float]:
+    """The roofline's costs of a serving step (ms), as serving.mixed_step_ms takes them: weight_read_ms (the
+    weights one token reads, at bandwidth_gbs), kv_read_per_seq_ms (the rest of a one-sequence decode step's
+    bytes: its KV cache at context_len), token_compute_ms (one token's FLOP at peak_flops FLOP/s: its
+    matmuls and attention over context_len). A dense model's; a MoE reads more experts as tokens grow."""
+    bandwidth_gbs = arguments.positive("bandwidth_gbs", bandwidth_gbs)
+    peak_flops = arguments.positive("peak_flops", peak_flops)
+    one = decode_cost(shape, context_len, 1, precision, kv_precision)
+    weights = moe.weight_bytes_read(shape, 1, precision)
+    return {"weight_read_ms": 1e3 * weights / (bandwidth_gbs * 1e9),
+            "token_compute_ms": 1e3 * one.flops / peak_flops,
+            "kv_read_per_seq_ms": 1e3 * (one.bytes - weights) / (bandwidth_gbs * 1e9)}

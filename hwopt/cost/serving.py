@@ -1,8 +1,11 @@
-"""Serving (lesson 3): dynamic batching of requests that arrive at random, simulated on a batch cost model.
+"""Serving (lesson 3): dynamic batching of requests that arrive at random, simulated on a batch cost model;
+and (lesson 8) continuous batching of prompts and answers in the same steps, with chunked prefill.
 
 A batch of b requests takes overhead_ms + b * per_item_ms (see cost.batching). Requests arrive as a Poisson
 process; the server starts a batch when it is free and either max_batch_size requests wait or the oldest has
-waited max_wait_ms. Everything is deterministic for a given seed.
+waited max_wait_ms. A step of an LLM server that decodes d sequences and prefills p prompt tokens takes
+max(weight read + d KV reads, (d + p) tokens of compute) (mixed_step_ms). Everything is deterministic for a
+given seed.
 """
 
 from __future__ import annotations
@@ -271,16 +274,53 @@ def mixed_requests(n_requests: int, arrival_rate_per_s: float, short_prompt: int
     return arrive, prompts, output_lengths(n_requests, mean_output_tokens, seed + 2)
 
 
-def simulate_chunked_prefill(arrivals, prompt_lens, output_lens, max_batch_size: int, step_overhead_ms: float,
-                             decode_per_seq_ms: float, prefill_per_token_ms: float,
-                             chunk_tokens: int | None = None) -> PhaseLatencyStats:
+def mixed_step_ms(decoding: int, prefill_tokens: int, weight_read_ms: float, token_compute_ms: float,
+                  kv_read_per_seq_ms: float = 0.0, step_overhead_ms: float = 0.0) -> float:
+    """Time of one step (ms) that makes a token for each of `decoding` sequences and prefills
+    `prefill_tokens` prompt tokens: step_overhead_ms + max(weight_read_ms + kv_read_per_seq_ms * decoding,
+    token_compute_ms * (decoding + prefill_tokens)). The step reads the weights once whatever its tokens (and
+    each decoding sequence its KV cache), and computes every token; the slower of the two sets its time (the
+    roofline), so tokens added to a memory-bound step cost nothing until its compute catches up."""
+    decoding = arguments.count("decoding", decoding, "batch", minimum=0)
+    prefill_tokens = arguments.count("prefill_tokens", prefill_tokens, "tokens", minimum=0)
+    weight_read_ms = arguments.positive("weight_read_ms", weight_read_ms, allow_zero=True)
+    token_compute_ms = arguments.positive("token_compute_ms", token_compute_ms)
+    kv_read_per_seq_ms = arguments.positive("kv_read_per_seq_ms", kv_read_per_seq_ms, allow_zero=True)
+    step_overhead_ms = arguments.positive("step_overhead_ms", step_overhead_ms, allow_zero=True)
+    return _step_ms(decoding, prefill_tokens, weight_read_ms, token_compute_ms, kv_read_per_seq_ms,
+                    step_overhead_ms)
+
+
+def _step_ms(decoding, prefill_tokens, weight_read_ms, token_compute_ms, kv_read_per_seq_ms,
+             step_overhead_ms) -> float:
+    memory = weight_read_ms + kv_read_per_seq_ms * decoding
+    return step_overhead_ms + max(memory, token_compute_ms * (decoding + prefill_tokens))
+
+
+def tokens_at_ridge(weight_read_ms: float, token_compute_ms: float, decoding: int = 0,
+                    kv_read_per_seq_ms: float = 0.0) -> int:
+    """Prompt tokens a step of `decoding` sequences can prefill before its compute outlasts its memory reads
+    (mixed_step_ms): the chunk size that rides on the weight read for free (0 when none does)."""
+    weight_read_ms = arguments.positive("weight_read_ms", weight_read_ms, allow_zero=True)
+    token_compute_ms = arguments.positive("token_compute_ms", token_compute_ms)
+    decoding = arguments.count("decoding", decoding, "batch", minimum=0)
+    kv_read_per_seq_ms = arguments.positive("kv_read_per_seq_ms", kv_read_per_seq_ms, allow_zero=True)
+    memory = weight_read_ms + kv_read_per_seq_ms * decoding
+    return max(0, math.floor(memory / token_compute_ms) - decoding)
+
+
+def simulate_chunked_prefill(arrivals, prompt_lens, output_lens, max_batch_size: int, weight_read_ms: float,
+                             token_compute_ms: float, chunk_tokens: int | None = None,
+                             kv_read_per_seq_ms: float = 0.0,
+                             step_overhead_ms: float = 0.0) -> PhaseLatencyStats:
     """Continuous batching of requests that each prefill a prompt, then decode output_lens tokens.
 
     Every step: waiting requests that have arrived take free slots; each decoding sequence makes one token;
     prompts are prefilled first-come first-served within a budget of chunk_tokens prompt tokens per step
     (None: a waiting prompt is prefilled whole in one step, and every decoding sequence waits for it).
-    A request's first token comes at the end of the step that finishes its prompt. One step costs
-    step_overhead_ms + decode_per_seq_ms * decoding sequences + prefill_per_token_ms * prompt tokens.
+    A request's first token comes at the end of the step that finishes its prompt. A step costs
+    mixed_step_ms(decoding sequences, prompt tokens, weight_read_ms, token_compute_ms, kv_read_per_seq_ms,
+    step_overhead_ms): the larger of reading the weights (and KV caches) and computing its tokens.
     """
     arrive = arguments.finite_array("arrivals", arrivals, ndim=1, minimum=0)
     prompts = arguments.finite_array("prompt_lens", prompt_lens, ndim=1, integer=True, minimum=1,
@@ -296,11 +336,11 @@ def simulate_chunked_prefill(arrivals, prompt_lens, output_lens, max_batch_size:
         raise ValueError(f"prompt_lens and output_lens must add up to at most {arguments.LIMITS['items']:,} "
                          f"tokens (hwopt.arguments.LIMITS['items'])")
     max_batch_size = arguments.count("max_batch_size", max_batch_size, "batch")
-    step_overhead_ms = arguments.positive("step_overhead_ms", step_overhead_ms, allow_zero=True)
-    decode_per_seq_ms = arguments.positive("decode_per_seq_ms", decode_per_seq_ms)
-    prefill_per_token_ms = arguments.positive("prefill_per_token_ms", prefill_per_token_ms)
+    mixed_step_ms(0, 0, weight_read_ms, token_compute_ms, kv_read_per_seq_ms, step_overhead_ms)  # checks
     if chunk_tokens is not None:
         chunk_tokens = arguments.count("chunk_tokens", chunk_tokens, "tokens")
+    if weight_read_ms + step_overhead_ms <= 0:
+        raise ValueError("weight_read_ms or step_overhead_ms must be positive: a step takes time")
     n = arrive.size
     prompt_left, output_left = prompts.astype(np.int64), outputs.astype(np.int64)
     last_token = np.full(n, np.nan)
@@ -320,8 +360,8 @@ def simulate_chunked_prefill(arrivals, prompt_lens, output_lens, max_batch_size:
             if prompt_left[r] and budget > 0:
                 prefilled[r] = int(min(prompt_left[r], budget))
                 budget -= prefilled[r]
-        t += (step_overhead_ms + decode_per_seq_ms * len(decoding)
-              + prefill_per_token_ms * sum(prefilled.values()))
+        t += _step_ms(len(decoding), sum(prefilled.values()), weight_read_ms, token_compute_ms,
+                      kv_read_per_seq_ms, step_overhead_ms)
         for r in decoding:
             gaps.append(t - last_token[r])
             last_token[r] = t
@@ -336,18 +376,21 @@ def simulate_chunked_prefill(arrivals, prompt_lens, output_lens, max_batch_size:
     return PhaseLatencyStats(ttft, np.asarray(gaps), t, float(outputs.sum()) / (t / 1000.0), chunk_tokens)
 
 
-def chunked_prefill_explorer(step_overhead_ms: float, decode_per_seq_ms: float, prefill_per_token_ms: float,
-                             requests, max_batch_size: int = 16):
-    """Slider (chunk size) -> TTFT and TPOT percentiles of `requests` (mixed_requests(...)), cost model."""
+def chunked_prefill_explorer(weight_read_ms: float, token_compute_ms: float, requests,
+                             max_batch_size: int = 16, kv_read_per_seq_ms: float = 0.0,
+                             step_overhead_ms: float = 0.0):
+    """Slider (chunk size) -> TTFT and TPOT percentiles of `requests` (mixed_requests(...)) on the mixed-step
+    cost model (simulate_chunked_prefill)."""
     arguments.instance("requests", requests, tuple)
     if len(requests) != 3:
         raise ValueError("requests must be mixed_requests(...)'s (arrivals_ms, prompt_lens, output_lens)")
-    whole = simulate_chunked_prefill(*requests, max_batch_size, step_overhead_ms, decode_per_seq_ms,
-                                     prefill_per_token_ms)  # checks every argument once
+    costs = {"kv_read_per_seq_ms": kv_read_per_seq_ms, "step_overhead_ms": step_overhead_ms}
+    whole = simulate_chunked_prefill(*requests, max_batch_size, weight_read_ms, token_compute_ms,
+                                     **costs)  # checks every argument once
 
     def show(chunk_tokens):
-        chunked = simulate_chunked_prefill(*requests, max_batch_size, step_overhead_ms, decode_per_seq_ms,
-                                           prefill_per_token_ms, chunk_tokens)
+        chunked = simulate_chunked_prefill(*requests, max_batch_size, weight_read_ms, token_compute_ms,
+                                           chunk_tokens, **costs)
         print(f"{whole}\n{chunked}")
         return plot_phase_latencies({"whole prompts": whole, f"chunks of {chunk_tokens}": chunked})
 

@@ -1,9 +1,12 @@
 """The practice quiz: a question bank (JSON, no answers), each student's own draw, and the grader's key.
 
 The bank lists questions by lesson. A fixed question has four choices; a numeric one has {placeholders} in
-its text, a list of values for each parameter, and four choices computed by named formulas of those
-parameters (the right computation and real misconceptions: bits for bytes, the KV cache forgotten, ...).
-Which choice is right lives only in the answer key, a separate file that students never get.
+its text, a list of values for each parameter, and four choices computed by formulas of those parameters
+(the right computation and three misconceptions: bits for bytes, the KV cache forgotten, ...). The bank
+names no choice. Which choice is right, and the misconception behind each other one, lives only in the
+answer key, a separate file that students never get. A choice's place is no clue either: each student sees
+the choices in their own order, and the bank puts the right choice at each of its four places equally often
+within every slot's pool of questions (tests/course/test_quiz.py), so guessing by place scores chance.
 
 A student's draw depends on their id alone (SHA-256 of it): the questions, the parameters and the order of
 the choices. The same id always draws the same quiz; another id draws another one.
@@ -23,15 +26,27 @@ from pathlib import Path
 from hwopt.course.grading.judge import letter
 
 LETTERS = ("a", "b", "c", "d")
-# The draw: (lessons of one grade cell, how many questions from each of those lessons).
-GROUPS = (((1, 2), 1), ((3, 4), 1), ((5, 6), 1), ((7,), 2), ((8,), 2))
+# The draw, one tuple per grade cell; each slot in it is one question from the questions of its lessons.
+# Lessons 8-11 (LLM inference and serving) get four of the ten questions, lesson 12 one, lessons 1-7 five.
+GROUPS = (((1, 2), (3,)), ((4,), (5, 6)), ((7,), (8,)), ((9,), (10,)), ((11,), (12,)))
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
               ast.Pow: operator.pow, ast.USub: operator.neg}
 _FUNCTIONS = {"ceil": math.ceil, "floor": math.floor, "log2": math.log2, "min": min, "max": max}
 
 
+def lessons_of(group: tuple[tuple[int, ...], ...]) -> list[int]:
+    """The lessons a grade cell's group of slots draws from, in order."""
+    return [lesson for slot in group for lesson in slot]
+
+
+def computed(question: dict) -> bool:
+    """True for a numeric question: its choices are formulas of its parameters."""
+    return "parameters" in question
+
+
 def load_bank(path: str | Path = "question_bank.json") -> dict:
-    """The question bank at path (JSON), checked: every question has an id, a lesson, text and 4 choices."""
+    """The question bank at path (JSON), checked: every question has an id, a lesson, text and 4 different
+    choices."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"path must be the question bank's JSON file; {path} does not exist")
@@ -44,8 +59,12 @@ def load_bank(path: str | Path = "question_bank.json") -> dict:
     for q in bank["questions"]:
         if not isinstance(q.get("lesson"), int) or not isinstance(q.get("text"), str):
             raise ValueError(f"path: question {q['id']} needs a lesson number and a text")
-        if len(q.get("choices", ())) != len(LETTERS):
-            raise ValueError(f"path: question {q['id']} needs {len(LETTERS)} choices")
+        choices = q.get("choices")
+        if (not isinstance(choices, list) or len(choices) != len(LETTERS)
+                or not all(isinstance(c, str) for c in choices)):
+            raise ValueError(f"path: question {q['id']} needs a list of {len(LETTERS)} choices (strings)")
+        if len(set(choices)) != len(choices):
+            raise ValueError(f"path: question {q['id']} needs {len(LETTERS)} different choices")
     return bank
 
 
@@ -86,37 +105,45 @@ def shown(value: float) -> str:
     return f"{float(f'{value:.3g}'):g}"
 
 
+def _setting(question: dict, student_id: str) -> tuple[dict, list[int]]:
+    """student_id's parameters of the question and the order of its choices (bank positions, as shown)."""
+    rng = _rng(student_id, question["id"])
+    parameters = {name: rng.choice(values) for name, values in question.get("parameters", {}).items()}
+    order = list(range(len(LETTERS)))
+    rng.shuffle(order)
+    return parameters, order
+
+
 def pose(question: dict, student_id: str) -> dict:
     """One question as student_id sees it: its parameters filled in and its choices in their order.
 
-    Returns {"id", "lesson", "topic", "text", "parameters", "choices": 4 strings, "origins": 4 keys}:
-    origins name where each shown choice came from (the bank's letter of a fixed choice, or the formula of a
-    computed one).
+    Returns {"id", "lesson", "topic", "text", "parameters", "choices": 4 strings}.
     """
-    rng = _rng(student_id, question["id"])
-    parameters = {name: rng.choice(values) for name, values in question.get("parameters", {}).items()}
-    if isinstance(question["choices"], dict):  # computed: formula name -> formula
+    parameters, order = _setting(question, student_id)
+    if computed(question):
         unit = question.get("unit", "")
-        texts = {name: f"{shown(evaluate(f, parameters))} {unit}".strip()
-                 for name, f in question["choices"].items()}
+        texts = [f"{shown(evaluate(f, parameters))} {unit}".strip() for f in question["choices"]]
     else:
-        texts = dict(zip(LETTERS, question["choices"], strict=True))
-    origins = list(texts)
-    rng.shuffle(origins)
+        texts = question["choices"]
     return {"id": question["id"], "lesson": question["lesson"], "topic": question.get("topic", ""),
             "text": question["text"].format(**parameters), "parameters": parameters,
-            "choices": [texts[o] for o in origins], "origins": origins}
+            "choices": [texts[i] for i in order]}
+
+
+def _picked(bank: dict, student_id: str) -> list[dict]:
+    """The bank's questions student_id draws: one per slot of GROUPS, from the questions of its lessons."""
+    rng = _rng(student_id, "questions")
+    picked = []
+    for group in GROUPS:
+        for slot in group:
+            pool = sorted((q for q in bank["questions"] if q["lesson"] in slot), key=lambda q: q["id"])
+            picked.append(rng.choice(pool))
+    return picked
 
 
 def draw(bank: dict, student_id: str) -> list[dict]:
-    """The questions student_id answers: from each group of GROUPS, its count from each of its lessons."""
-    rng = _rng(student_id, "questions")
-    picked = []
-    for lessons, count in GROUPS:
-        for lesson in lessons:
-            pool = sorted((q for q in bank["questions"] if q["lesson"] == lesson), key=lambda q: q["id"])
-            picked += rng.sample(pool, count)
-    return [pose(q, student_id) for q in picked]
+    """The questions student_id answers, posed for them: one per slot of GROUPS, in order."""
+    return [pose(q, student_id) for q in _picked(bank, student_id)]
 
 
 def show(questions: list[dict]) -> str:
@@ -132,17 +159,25 @@ def show(questions: list[dict]) -> str:
 
 
 class AnswerKey:
-    """The right choice of every question (the instructor's file: question id -> bank letter or formula)."""
+    """The instructor's file: for each question id, the bank letter of its right choice ("right") and the
+    misconception behind each other choice ("misconceptions": bank letter -> what a student who picks it
+    believes)."""
 
     def __init__(self, path: str | Path):
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"path must be the answer key's JSON file; {path} does not exist")
-        self.right = json.loads(path.read_text())
+        entries = json.loads(path.read_text())
+        self.right = {qid: entry["right"] for qid, entry in entries.items()}
+        self.misconceptions = {qid: entry["misconceptions"] for qid, entry in entries.items()}
 
-    def letter(self, question: dict) -> str:
-        """The letter under which the posed question shows its right choice."""
-        return LETTERS[question["origins"].index(self.right[question["id"]])]
+    def letters(self, bank: dict, student_id: str) -> dict[str, str]:
+        """{question id: the letter under which student_id's quiz shows its right choice}, in draw order."""
+        right = {}
+        for question in _picked(bank, student_id):
+            _, order = _setting(question, student_id)
+            right[question["id"]] = LETTERS[order.index(LETTERS.index(self.right[question["id"]]))]
+        return right
 
 
 def answers_to(bank: dict, student_id: str, lessons: list[int], answers) -> dict:
@@ -153,9 +188,10 @@ def answers_to(bank: dict, student_id: str, lessons: list[int], answers) -> dict
     """
     if not isinstance(lessons, list | tuple) or not all(type(n) is int for n in lessons):
         raise ValueError(f"lessons must be a list of lesson numbers; got {lessons!r}")
-    picked = [q for q in draw(bank, student_id) if q["lesson"] in lessons]
+    picked = [q for q in _picked(bank, student_id) if q["lesson"] in lessons]
     if isinstance(answers, AnswerKey):
-        return {q["id"]: answers.letter(q) for q in picked}
+        right = answers.letters(bank, student_id)
+        return {q["id"]: right[q["id"]] for q in picked}
     if not isinstance(answers, dict):
         raise ValueError(f"answers must be a dict: question id -> letter; got {type(answers).__name__}")
     return {q["id"]: letter(answers.get(q["id"])) for q in picked}

@@ -10,8 +10,11 @@ tied embedding table too), norms kept in fp32:
   hwopt.models.gguf_export and read back dequantized by gguf-py.
 Perplexity is exp(mean cross-entropy) over non-overlapping windows of the validation text (tokenized by the
 model's own tokenizer); top-1 agreement is the share of positions where the format's most likely next token is
-full precision's. Results are cached under cache_dir() / "llm_accuracy", keyed by the model's files, the
-format, the evaluation text, the window length and count: a lesson computes each number live once.
+full precision's. Any other variant of the model (activations quantized, a KV cache in fewer bits, GPTQ's
+weights: llm_quantization, kv_precision) goes through evaluate_variant, the same measurement. Results are
+cached under cache_dir() / "llm_accuracy", keyed by the model's files, the variant, the evaluation text, the
+window length and count: a lesson computes each number live once, on a slice of the text where the whole is
+too slow (describe_slice says which).
 """
 
 from __future__ import annotations
@@ -19,11 +22,15 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
+import re
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch import nn
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
@@ -34,7 +41,7 @@ from hwopt.models import checkpoint, corpus, gguf_export, perplexity, tokenizer
 from hwopt.models.llama import Llama
 
 __all__ = ["PRECISIONS", "GGUF_PRECISIONS", "load", "evaluation_stream", "quantize_weights", "measure",
-           "evaluate", "table", "plot_frontier"]
+           "evaluate", "evaluate_variant", "table", "describe_slice", "frontier", "plot_frontier"]
 
 GGUF_PRECISIONS = {"gguf_q8_0": "Q8_0", "gguf_q4_0": "Q4_0", "gguf_q4_k": "Q4_K"}
 PRECISIONS = ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4_g128", "int4_g32", "mxfp4",
@@ -163,16 +170,34 @@ def _hash_files(folder: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def evaluate(model="target", precision="fp32", *, eval_set: str = "validation", seq_len: int | None = None,
-             max_windows: int | None = None, batch_size: int = 8, device="cpu", cache: bool = True,
-             progress: bool = True) -> dict:
-    """Validation perplexity and top-1 agreement with fp32 of `model` with its weights in `precision`.
+def _write_atomically(path: Path, write) -> None:
+    """write(temporary path), then rename it to path: a reader never sees half a file (two lessons may fill
+    the cache at once)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
-    model: 'target' (default), 'draft', a Hugging Face LLaMA folder or hub id. precision: a format of
-    hwopt.formats or a GGUF type (GGUF_PRECISIONS). seq_len: tokens per window (default min(512, the model's
-    context)); max_windows: evaluate the first windows only (default all). Returns a dict: model, precision,
-    bytes_per_weight, perplexity, top1_agreement, tokens, seconds, cached."""
-    precision = _precision(precision)
+
+def _file_name(variant: str) -> str:
+    """A cache file's name for a variant: readable, and unique (its hash) whatever characters it holds."""
+    slug = re.sub(r"[^A-Za-z0-9_.=-]+", "_", variant)[:60]
+    return f"{slug}-{hashlib.sha256(variant.encode()).hexdigest()[:8]}"
+
+
+def evaluate_variant(model, variant: str, build: Callable[[Llama], tuple[nn.Module, float]], *,
+                     eval_set: str = "validation", seq_len: int | None = None, max_windows: int | None = None,
+                     batch_size: int = 8, device="cpu", cache: bool = True, progress: bool = True) -> dict:
+    """Validation perplexity and top-1 agreement with fp32 of a variant of `model`: build(fp32 Llama) returns
+    (the variant, a module tokens (batch, seq) -> logits, and its bytes per weight). `variant` names it in
+    the cache: every setting build depends on belongs in it. Arguments and result as evaluate's, with the
+    result's `variant`, `windows` (evaluated) and `available_tokens` (the whole evaluation text's)."""
+    arguments.text("variant", variant)
+    arguments.function("build", build)
     arguments.one_of("eval_set", eval_set, EVAL_SETS)
     cache = arguments.boolean("cache", cache)
     batch_size = arguments.count("batch_size", batch_size, "batch")
@@ -195,29 +220,53 @@ def evaluate(model="target", precision="fp32", *, eval_set: str = "validation", 
            "text": text_hash, "seq_len": seq_len, "max_windows": max_windows}
     base = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
     store = cache_dir() / "llm_accuracy"
-    result_path = store / f"{base}-{precision}.json"
+    result_path = store / f"{base}-{_file_name(variant)}.json"
     if cache and result_path.is_file():
-        return {**json.loads(result_path.read_text()), "cached": True}
+        try:
+            return {**json.loads(result_path.read_text()), "cached": True}
+        except json.JSONDecodeError:
+            pass  # a file from an older layout, or damaged: measured again
     began = time.perf_counter()
     net, tok, _ = load(folder, device)
-    windows = perplexity.windows(evaluation_stream(folder, tok, eval_set), seq_len, max_windows)
+    stream = evaluation_stream(folder, tok, eval_set)
+    windows = perplexity.windows(stream, seq_len, max_windows)
     reference_path = store / f"{base}-reference.pt"
     reference = torch.load(reference_path) if cache and reference_path.is_file() else None
-    if reference is None:
+    if reference is None or reference.shape != (len(windows), seq_len):
         reference = measure(net, windows, batch_size=batch_size, progress=progress)["top1"]
         if cache:
-            store.mkdir(parents=True, exist_ok=True)
-            torch.save(reference, reference_path)
-    quantized, bytes_per_weight = quantize_weights(net, precision, folder / "tokenizer.json")
-    measured = measure(quantized, windows, reference, batch_size=batch_size, progress=progress)
-    result = {"model": str(model), "precision": precision, "bytes_per_weight": bytes_per_weight,
+            _write_atomically(reference_path, lambda path: torch.save(reference, path))
+    built = build(net)
+    if not (isinstance(built, tuple) and len(built) == 2 and isinstance(built[0], nn.Module)):
+        raise ValueError("build must return (a module tokens -> logits, its bytes per weight)")
+    variant_net, bytes_per_weight = built[0], arguments.positive("bytes_per_weight", built[1])
+    measured = measure(variant_net, windows, reference, batch_size=batch_size, progress=progress)
+    result = {"model": str(model), "variant": variant, "bytes_per_weight": float(bytes_per_weight),
               "perplexity": measured["perplexity"], "top1_agreement": measured["top1_agreement"],
-              "tokens": measured["tokens"], "seq_len": seq_len, "eval_set": eval_set,
+              "tokens": measured["tokens"], "seq_len": seq_len, "windows": len(windows),
+              "available_tokens": (len(stream) - 1) // seq_len * seq_len, "eval_set": eval_set,
               "seconds": time.perf_counter() - began}
     if cache:
-        store.mkdir(parents=True, exist_ok=True)
-        result_path.write_text(json.dumps(result, indent=1) + "\n")
+        _write_atomically(result_path, lambda path: path.write_text(json.dumps(result, indent=1) + "\n"))
     return {**result, "cached": False}
+
+
+def evaluate(model="target", precision="fp32", *, eval_set: str = "validation", seq_len: int | None = None,
+             max_windows: int | None = None, batch_size: int = 8, device="cpu", cache: bool = True,
+             progress: bool = True) -> dict:
+    """Validation perplexity and top-1 agreement with fp32 of `model` with its weights in `precision`.
+
+    model: 'target' (default), 'draft', a Hugging Face LLaMA folder or hub id. precision: a format of
+    hwopt.formats or a GGUF type (GGUF_PRECISIONS). seq_len: tokens per window (default min(512, the model's
+    context)); max_windows: evaluate the first windows only (default all). Returns a dict: model, precision,
+    bytes_per_weight, perplexity, top1_agreement, tokens, seconds, cached (and evaluate_variant's keys)."""
+    precision = _precision(precision)
+    folder = checkpoint.resolve(model)
+    tokenizer_path = folder / "tokenizer.json"
+    result = evaluate_variant(model, precision, lambda net: quantize_weights(net, precision, tokenizer_path),
+                              eval_set=eval_set, seq_len=seq_len, max_windows=max_windows,
+                              batch_size=batch_size, device=device, cache=cache, progress=progress)
+    return {**result, "precision": precision}
 
 
 def table(model="target", precisions=PRECISIONS, **options) -> list[dict]:
@@ -230,8 +279,60 @@ def table(model="target", precisions=PRECISIONS, **options) -> list[dict]:
     return [evaluate(model, p, **options) for p in precisions]
 
 
+def describe_slice(rows) -> str:
+    """Which text a result (or list of results) of evaluate came from, in words: 'the first 4 windows of 512
+    tokens of the validation text: 2,048 of its 95,232 tokens'."""
+    rows = [rows] if isinstance(rows, dict) else rows
+    arguments.instance("rows", rows, (list, tuple))
+    if not rows:
+        raise ValueError("rows must hold at least one result of evaluate")
+    slices = set()
+    for k, row in enumerate(rows):
+        arguments.instance(f"rows[{k}]", row, dict)
+        if not {"tokens", "seq_len", "eval_set"} <= set(row):
+            raise ValueError(f"rows[{k}] must be a result of evaluate or evaluate_variant")
+        seq_len = arguments.count(f"rows[{k}]['seq_len']", row["seq_len"], "tokens")
+        tokens = arguments.count(f"rows[{k}]['tokens']", row["tokens"], "tokens")
+        if tokens % seq_len:
+            raise ValueError(f"rows[{k}]['tokens'] must be whole windows of seq_len {seq_len}; got {tokens}")
+        available = row.get("available_tokens")
+        if available is not None:
+            available = arguments.count(f"rows[{k}]['available_tokens']", available, "tokens", minimum=tokens)
+        eval_set = arguments.one_of(f"rows[{k}]['eval_set']", row["eval_set"], EVAL_SETS)
+        slices.add((tokens, seq_len, eval_set, available))
+    if len(slices) > 1:
+        raise ValueError("rows must come from one slice of the text (the same windows); got several")
+    tokens, seq_len, eval_set, available = slices.pop()
+    windows = tokens // seq_len
+    if available and tokens >= available:
+        return f"all {windows:,} windows of {seq_len} tokens of the {eval_set} text ({tokens:,} tokens)"
+    whole = f": {tokens:,} of its {available:,} tokens" if available else f" ({tokens:,} tokens)"
+    return f"the first {windows:,} windows of {seq_len} tokens of the {eval_set} text{whole}"
+
+
+def frontier(rows: list[dict]) -> list[dict]:
+    """The rows no other row beats on both bytes per weight and perplexity (as few bytes and a lower
+    perplexity, or fewer bytes and as low a one): the choices a practitioner reads off the plot, fewest bytes
+    first."""
+    arguments.instance("rows", rows, (list, tuple))
+    for k, row in enumerate(rows):
+        arguments.instance(f"rows[{k}]", row, dict)
+        for key in ("bytes_per_weight", "perplexity"):
+            arguments.positive(f"rows[{k}]['{key}']", row.get(key))
+    kept = [r for r in rows if not any(
+        (o["bytes_per_weight"] <= r["bytes_per_weight"] and o["perplexity"] < r["perplexity"])
+        or (o["bytes_per_weight"] < r["bytes_per_weight"] and o["perplexity"] <= r["perplexity"])
+        for o in rows)]
+    return sorted(kept, key=lambda r: r["bytes_per_weight"])
+
+
+def _label(row: dict) -> str:
+    return str(row.get("precision") or row.get("variant"))
+
+
 def plot_frontier(rows: list[dict], ax=None):
-    """Validation perplexity vs bytes per weight (scales included), a labelled point per row of table()."""
+    """Validation perplexity vs bytes per weight (scales included), a labelled point per row of table() (or
+    of evaluate_variant), and the frontier through the rows nothing beats."""
     arguments.instance("rows", rows, (list, tuple))
     if not rows:
         raise ValueError("rows must hold at least one row of table()")
@@ -242,9 +343,12 @@ def plot_frontier(rows: list[dict], ax=None):
         arguments.fraction(f"rows[{k}]['top1_agreement']", row.get("top1_agreement"), allow_zero=True)
     ax = plots.axes("bytes per weight (scales included)", "validation perplexity", logx=True, ax=ax,
                     title="Storage vs accuracy: the frontier", figsize=(8.4, 4.0))
+    best = frontier(rows)
+    ax.plot([r["bytes_per_weight"] for r in best], [r["perplexity"] for r in best], "-", color="#999999",
+            zorder=0, label="frontier: nothing beats these on both")
     for k, row in enumerate(rows):
         ax.plot(row["bytes_per_weight"], row["perplexity"], "osD^v"[k // 8 % 5], color=plots.color(k),
-                linestyle="none", label=f"{row['precision']}: {row['bytes_per_weight']:.3g} B, "
+                linestyle="none", label=f"{_label(row)}: {row['bytes_per_weight']:.3g} B, "
                                         f"ppl {row['perplexity']:.3f}, top-1 {row['top1_agreement']:.1%}")
     ax.legend(frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return plots.finish(ax, legend=False)

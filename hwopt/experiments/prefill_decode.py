@@ -211,6 +211,7 @@ class ContextSweep:
     weight_bytes: int  # weights one step reads
     kv_bytes: tuple[int, ...]  # KV cache of the whole batch at each context (one copy)
     kv_passes: int  # times the implementation moves the cache per step (kv_passes_per_step)
+    flops: tuple[float, ...] = ()  # FLOP of one step at each context (phases.decode_cost); () if unknown
 
     def predicted_slowdowns(self) -> list[float]:
         """If a step's time is proportional to the bytes it moves: time(context) / time(first context)."""
@@ -274,21 +275,28 @@ def decode_vs_context(model: tiny_decoder.TinyDecoder, contexts=(16, 128, 256, 4
     return ContextSweep(tuple(lens), batch_size, tuple(res[c] for c in lens),
                         tiny_decoder.weight_bytes_per_token(model),
                         tuple(batch_size * tiny_decoder.kv_bytes_read(model, c) for c in lens),
-                        kv_passes_per_step(model, device))
+                        kv_passes_per_step(model, device),
+                        tuple(phases.decode_cost(shape_of(model), c, batch_size, model_format(model)).flops
+                              for c in lens))
 
 
-def context_report(sweep: ContextSweep, bandwidth_gbs: float) -> str:
-    """Per context: KV/weights, step time, the bandwidth bound (one read of weights + cache), slowdowns."""
+def context_report(sweep: ContextSweep, bandwidth_gbs: float, peak_flops: float) -> str:
+    """Per context: KV/weights, step time, the roofline bound max(bytes / bandwidth, FLOP / peak) (one read
+    of weights + cache; FLOP of the batch's tokens), slowdowns; then which term binds at this batch."""
     arguments.instance("sweep", sweep, ContextSweep)
     bandwidth_gbs = arguments.positive("bandwidth_gbs", bandwidth_gbs)
+    peak_flops = arguments.positive("peak_flops", peak_flops)
     pred, meas = sweep.predicted_slowdowns(), sweep.measured_slowdowns()
+    flops = sweep.flops or (0.0,) * len(sweep.contexts)
     lines = [f"batch {sweep.batch_size}; {sweep.weight_bytes / 1e6:,.0f} MB of weights per step",
-             f"{'context':>8}{'KV MB':>9}{'KV/weights':>11}{'step ms':>9}{'bound ms':>10}{'tokens/s':>10}"
-             f"{'bound tok/s':>12}{'slowdown pred':>14}{'meas':>7}"]
+             f"{'context':>8}{'KV MB':>9}{'KV/weights':>11}{'FLOP/B':>8}{'step ms':>9}{'bound ms':>10}"
+             f"{'tokens/s':>10}{'bound tok/s':>12}{'slowdown pred':>14}{'meas':>7}"]
     for i, c in enumerate(sweep.contexts):
-        bound_s = (sweep.weight_bytes + sweep.kv_bytes[i]) / (bandwidth_gbs * 1e9)
+        moved = sweep.weight_bytes + sweep.kv_bytes[i]
+        bound_s = max(moved / (bandwidth_gbs * 1e9), flops[i] / peak_flops)
         step_s = sweep.steps[i].median_s
         lines.append(f"{c:>8}{sweep.kv_bytes[i] / 1e6:>9,.1f}{sweep.kv_bytes[i] / sweep.weight_bytes:>11.2f}"
+                     f"{flops[i] / moved:>8.2f}"
                      f"{step_s * 1e3:>9,.2f}{bound_s * 1e3:>10,.2f}{sweep.batch_size / step_s:>10,.0f}"
                      f"{sweep.batch_size / bound_s:>12,.0f}{pred[i]:>14.2f}{meas[i]:>7.2f}")
     copy = ("this decoder appends to its cache by copying it (torch.cat): a step moves the cache 3 times"
@@ -301,8 +309,18 @@ def context_report(sweep: ContextSweep, bandwidth_gbs: float) -> str:
                "the machine while it ran" if ratio > 1.3 else
                "time grows more than the bytes: moving the cache costs more than streaming the weights here "
                "(fresh memory for each copy, attention kernels that do not reach full bandwidth)")
-    lines.append(f"{copy}; predicted / measured slowdown at {sweep.contexts[-1]} tokens: {ratio:.2f}: "
-                 f"{verdict}.")
+    lines.append(f"{copy}; slowdown at {sweep.contexts[-1]} tokens predicted {pred[-1]:.2f}x, measured "
+                 f"{meas[-1]:.2f}x ({sweep.steps[0].median_ms:,.2f} -> {sweep.steps[-1].median_ms:,.2f} ms; "
+                 f"ratio {ratio:.2f}): {verdict}.")
+    ridge = peak_flops / (bandwidth_gbs * 1e9)
+    bound = [i for i in range(len(sweep.contexts))
+             if flops[i] / peak_flops > (sweep.weight_bytes + sweep.kv_bytes[i]) / (bandwidth_gbs * 1e9)]
+    if bound:
+        first = flops[bound[0]] / (sweep.weight_bytes + sweep.kv_bytes[bound[0]])
+        lines.append(f"at batch {sweep.batch_size} the step's intensity ({first:.2f} FLOP/byte at "
+                     f"{sweep.contexts[bound[0]]} tokens) is above this machine's ridge ({ridge:.2f}): "
+                     f"compute, not bytes, bounds {len(bound)} of the {len(sweep.contexts)} rows, "
+                     "so 'slowdown pred' (bytes only) overstates the slowdown there.")
     return "\n".join(lines)
 
 
@@ -410,30 +428,45 @@ def kv_precision_table(rows: list[dict]) -> str:
 # ---- the measured costs as a serving model, and the lesson's summary -------------------------------------
 
 
-def serving_costs(times: PhaseTimes, sweep: ContextSweep) -> dict[str, float]:
-    """A step cost model from the measurements (ms): a batch-1 decode step at the shortest prompt is the
-    overhead (it reads every weight), each further sequence of the sweep's batch adds decode_per_seq_ms (at
-    least 1% of the overhead), and a prompt token costs the longest prefill's time per token."""
+def serving_costs(times: PhaseTimes, sweep: ContextSweep, context_len: int | None = None) -> dict[str, float]:
+    """serving.mixed_step_ms's costs (ms) from the measurements: weight_read_ms = a batch-1 decode step at the
+    shortest prompt (it reads every weight once, and carries the step's fixed costs); token_compute_ms = the
+    longest prefill's time per token (compute-bound); kv_read_per_seq_ms = what one sequence's cache of
+    context_len tokens (default the sweep's longest context) added to the sweep's step, from its growth
+    between the shortest and the longest context (0 if it did not grow). Measure both with the same kernels
+    (a model made with kernel="torch"): mixing kernels puts their speed difference into the costs."""
     arguments.instance("times", times, PhaseTimes)
     arguments.instance("sweep", sweep, ContextSweep)
-    overhead = times.tpot[0].median_ms
-    extra = (sweep.steps[0].median_ms - overhead) / max(1, sweep.batch_size - 1)
-    return {"step_overhead_ms": overhead, "decode_per_seq_ms": max(extra, 0.01 * overhead),
-            "prefill_per_token_ms": times.ttft[-1].median_ms / times.prompt_lens[-1]}
+    if context_len is not None:
+        context_len = arguments.count("context_len", context_len, "tokens")
+    context_len = sweep.contexts[-1] if context_len is None else context_len
+    if len(sweep.contexts) < 2:
+        raise ValueError("sweep must hold at least two contexts: the cache's cost is its growth between them")
+    growth_ms = sweep.steps[-1].median_ms - sweep.steps[0].median_ms
+    per_token_ms = max(growth_ms, 0.0) / (sweep.batch_size * (sweep.contexts[-1] - sweep.contexts[0]))
+    return {"weight_read_ms": times.tpot[0].median_ms,
+            "token_compute_ms": times.ttft[-1].median_ms / times.prompt_lens[-1],
+            "kv_read_per_seq_ms": per_token_ms * context_len}
 
 
 def lesson_summary(times: PhaseTimes, sweep: ContextSweep, kv_rows: list[dict], runs: dict) -> str:
-    """Lesson 8's summary, in sentences built from the learner's own measurements."""
+    """Lesson 8's summary, in sentences built from the learner's own measurements. kv_rows: the trained
+    model's KV-cache results (llm_kv_cache.evaluate_kv), full precision first."""
     arguments.instance("times", times, PhaseTimes)
     arguments.instance("sweep", sweep, ContextSweep)
-    arguments.named("kv_rows", kv_precision_table, kv_rows)  # checks the rows
+    arguments.instance("kv_rows", kv_rows, (list, tuple))
+    keys = {"variant", "kv_bytes_per_value", "perplexity", "top1_agreement"}
+    if not kv_rows or not all(isinstance(r, dict) and keys <= set(r) for r in kv_rows):
+        raise ValueError("kv_rows must be a non-empty list of llm_kv_cache.evaluate_kv results")
     arguments.instance("runs", runs, dict)
     if len(runs) != 2 or not all(isinstance(s, serving.PhaseLatencyStats) for s in runs.values()):
         raise ValueError("runs must be {label: PhaseLatencyStats} of two runs: whole prompts, then chunked")
     p = times.prompt_lens[-1]
     per_token = times.tpot[-1].median_s / (times.ttft[-1].median_s / p)
     (whole_label, whole), (chunk_label, chunked) = runs.items()
-    best = min(kv_rows, key=lambda r: (r["kv_bytes_per_token"], r["logit_relative_rmse"]))
+    base = kv_rows[0]
+    close = [r for r in kv_rows if r["perplexity"] <= 1.01 * base["perplexity"]]
+    best = min(close or kv_rows, key=lambda r: (r["kv_bytes_per_value"], r["perplexity"]))
     return "\n".join([
         f"- A prefill of {p} tokens cost {times.ttft[-1].median_ms:,.1f} ms, {per_token:,.1f}x less per "
         f"token than a decode step ({times.tpot[-1].median_ms:,.2f} ms): the prompt reuses each weight "
@@ -441,11 +474,13 @@ def lesson_summary(times: PhaseTimes, sweep: ContextSweep, kv_rows: list[dict], 
         f"- At batch {sweep.batch_size}, going from {sweep.contexts[0]} to {sweep.contexts[-1]} tokens of "
         f"context made a decode step {sweep.measured_slowdowns()[-1]:.2f}x slower; bytes moved predicted "
         f"{sweep.predicted_slowdowns()[-1]:.2f}x (predicted / measured {sweep.slowdown_ratio():.2f}).",
-        f"- Storing the cache in {best['kv_precision']} ({best['kv_bytes_per_token'] / 1024:,.1f} KB per "
-        "token) "
-        f"changed the logits by {best['logit_relative_rmse']:.1e} (relative RMS) and kept "
-        f"{best['top1_agreement']:.0%} of the greedy tokens.",
+        f"- The trained model's cache as {best['variant']} ({best['kv_bytes_per_value']:.3g} bytes per "
+        "number, "
+        f"scales included, against {base['kv_bytes_per_value']:.3g}) moved validation perplexity from "
+        f"{base['perplexity']:,.3f} to {best['perplexity']:,.3f} and kept {best['top1_agreement']:.1%} of "
+        "the full-precision model's top-1 tokens: the fewest bytes within 1% of the perplexity.",
         f"- {chunk_label}: worst gap between two tokens {chunked.percentile('tpot', 100):,.1f} ms, against "
-        f"{whole.percentile('tpot', 100):,.1f} ms with {whole_label}; p99 TTFT "
+        f"{whole.percentile('tpot', 100):,.1f} ms with {whole_label}; p99 TPOT "
+        f"{chunked.percentile('tpot', 99):,.1f} vs {whole.percentile('tpot', 99):,.1f} ms, p99 TTFT "
         f"{chunked.percentile('ttft', 99):,.1f} vs {whole.percentile('ttft', 99):,.1f} ms.",
     ])

@@ -8,11 +8,16 @@ two halves of a head, so the Q and K projections' rows are permuted on the way i
 convert_hf_to_gguf.py does, and back on the way out. Norm weights stay F32; every matrix is stored in the
 chosen type. gguf-py quantizes Q8_0 and Q4_0; it has no Q4_K quantizer, so Q4_K blocks are made here by the
 plain min/max rule (llama.cpp's llama-quantize searches each block's scale and gets a smaller error).
+The file also carries a chat template (`tokenizer.chat_template`, CHAT_TEMPLATE) so that a server can answer
+chat requests: the course's model knows only Python, so a chat turns into a Python file whose non-assistant
+messages are comments. `cached(model, tensor_type)` writes the course's model once into the cache.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,13 +25,21 @@ import numpy as np
 import torch
 
 from hwopt import arguments
-from hwopt.machine import bench
+from hwopt.machine import bench, toolchain
 from hwopt.models import checkpoint
 from hwopt.models.llama import Llama, LlamaConfig
 
-__all__ = ["TYPES", "quantize_q4_k", "write", "read", "load"]
+__all__ = ["TYPES", "CHAT_TEMPLATE", "quantize_q4_k", "write", "read", "load", "cached"]
 
 TYPES = ("F16", "Q8_0", "Q4_0", "Q4_K")  # the tensor types `write` stores matrices in
+# Jinja, as llama.cpp and transformers read it: system and user messages become Python comments, the
+# assistant's turns code; the model then writes on.
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'assistant' -%}{{ message['content'] + '\\n' }}"
+    "{%- else -%}{{ '# ' + message['content'] + '\\n' }}{%- endif -%}"
+    "{%- endfor -%}"
+)
 _FILE_TYPES = {"F16": "MOSTLY_F16", "Q8_0": "MOSTLY_Q8_0", "Q4_0": "MOSTLY_Q4_0", "Q4_K": "MOSTLY_Q4_K_S"}
 _NAMES = {  # Hugging Face name (layer N as {}) -> llama.cpp name
     "embed_tokens.weight": "token_embd.weight", "norm.weight": "output_norm.weight",
@@ -117,9 +130,9 @@ def _tokenizer_fields(tokenizer_path: Path) -> tuple[list[str], list[int], list[
 
 
 def write(model: Llama, path: Path | str, tensor_type: str = "F16", tokenizer_path: Path | str | None = None,
-          name: str = "hwopt-stdlib") -> Path:
+          name: str = "hwopt-stdlib", chat_template: str | None = CHAT_TEMPLATE) -> Path:
     """model as a GGUF file at path, matrices in tensor_type (one of TYPES), the tokenizer from
-    tokenizer_path (default: the course's)."""
+    tokenizer_path (default: the course's), and chat_template (Jinja; None: none)."""
     import gguf
 
 
@@ -129,6 +142,8 @@ def write(model: Llama, path: Path | str, tensor_type: str = "F16", tokenizer_pa
     if path.suffix != ".gguf":
         raise ValueError(f"path must end in .gguf; got {str(path)!r}")
     arguments.text("name", name)
+    if chat_template is not None:
+        arguments.text("chat_template", chat_template)
     tokenizer_path = Path(tokenizer_path or checkpoint.WEIGHTS_DIR / "tokenizer.json")
     c = model.config
     if c.rope_llama3:
@@ -163,6 +178,8 @@ def write(model: Llama, path: Path | str, tensor_type: str = "F16", tokenizer_pa
     writer.add_bos_token_id(0)
     writer.add_eos_token_id(0)
     writer.add_add_bos_token(False)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
     qtype = getattr(gguf.GGMLQuantizationType, tensor_type)
     for hf_name, tensor in model.state_dict().items():
         if c.tie_embeddings and hf_name == "lm_head.weight":
@@ -262,3 +279,20 @@ def load(path: Path | str, device="cpu", dtype=torch.float32) -> Llama:
                          "expected a complete llama")
     model.load_state_dict({k: torch.from_numpy(tensors[k]) for k in expected}, strict=False)
     return model.to(device, dtype).eval()
+
+
+def cached(model: str = "target", tensor_type: str = "Q8_0") -> Path:
+    """The course's model ('target' or 'draft') as a GGUF file of tensor_type, written once into
+    toolchain.cache_dir() / "gguf" (keyed by its weights, its tokenizer and this exporter)."""
+    arguments.one_of("model", model, checkpoint.MODELS)
+    arguments.one_of("tensor_type", tensor_type, TYPES)
+    folder = checkpoint.resolve(model)
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    for file in sorted(folder.glob("*.safetensors")) + [folder / "config.json", folder / "tokenizer.json"]:
+        digest.update(file.read_bytes())
+    path = toolchain.cache_dir() / "gguf" / f"hwopt-{model}-{tensor_type}-{digest.hexdigest()[:12]}.gguf"
+    if not path.is_file():
+        part = path.with_name(f"{path.stem}.{os.getpid()}.part.gguf")  # written aside, then renamed
+        write(checkpoint.load(model), part, tensor_type, folder / "tokenizer.json", name=f"hwopt-{model}")
+        os.replace(part, path)
+    return path

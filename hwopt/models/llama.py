@@ -235,6 +235,19 @@ class Llama(nn.Module):
             self._inv_freqs[key] = rope_frequencies(self.config).to(device)
         return self._inv_freqs[key]
 
+    def rotary(self, start: int, end: int, dtype=torch.float32, device="cpu"):
+        """RoPE's (cos, sin) for positions start..end - 1, each (end - start, head_dim) in dtype: what every
+        block takes (a block run on its own, as a layer-by-layer quantizer runs it, needs them too)."""
+        start = arguments.count("start", start, "tokens", minimum=0)
+        end = arguments.count("end", end, "tokens", minimum=start + 1)
+        return self._rotary(start, end, dtype, bench.resolve_device(device))
+
+    def _rotary(self, start, end, dtype, device):  # unchecked: forward's positions are symbolic in a trace
+        positions = torch.arange(start, end, device=device, dtype=torch.float32)
+        angles = torch.outer(positions, self._inv_freq(device))
+        return (torch.cat((angles, angles), dim=-1).cos().to(dtype),
+                torch.cat((angles, angles), dim=-1).sin().to(dtype))
+
     def new_cache(self, batch_size: int = 1, max_len: int | None = None) -> KVCache:
         """An empty KVCache on this model's device and in its dtype."""
         w = self.embed_tokens.weight
@@ -251,11 +264,8 @@ class Llama(nn.Module):
         if end > limit:
             holder = "cache" if cache is not None else "model"
             raise ValueError(f"tokens: positions {start}..{end - 1} exceed the {holder}'s {limit} positions")
-        positions = torch.arange(start, end, device=tokens.device, dtype=torch.float32)
-        angles = torch.outer(positions, self._inv_freq(tokens.device))
         x = self.embed_tokens(tokens)
-        cos = torch.cat((angles, angles), dim=-1).cos().to(x.dtype)
-        sin = torch.cat((angles, angles), dim=-1).sin().to(x.dtype)
+        cos, sin = self._rotary(start, end, x.dtype, tokens.device)
         for i, block in enumerate(self.layers):
             x = block(x, cos, sin, cache, i)
         if cache is not None:

@@ -41,6 +41,7 @@ SIZES: dict[str, LlamaConfig] = {
 TOKENIZER = checkpoint.WEIGHTS_DIR / "tokenizer.json"
 VALIDATION = checkpoint.WEIGHTS_DIR / "validation.txt"
 MANIFEST = checkpoint.WEIGHTS_DIR / "corpus_manifest.json"
+CALIBRATION = checkpoint.WEIGHTS_DIR / "calibration.txt"
 
 
 @dataclass(frozen=True)
@@ -83,14 +84,16 @@ class TrainConfig:
 
 
 def prepare(root=None, out: Path = checkpoint.WEIGHTS_DIR) -> None:
-    """Build tokenizer.json, validation.txt and corpus_manifest.json in out from the standard library at
-    root (default: this interpreter's)."""
+    """Build tokenizer.json, validation.txt, calibration.txt and corpus_manifest.json in out from the standard
+    library at root (default: this interpreter's)."""
     train_docs, validation_docs = corpus.split(corpus.documents(root))
+    calibration_docs = corpus.calibration_documents(train_docs)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.train([d.text for d in train_docs]).save(str(out / TOKENIZER.name))
     corpus.write_validation(validation_docs, out / VALIDATION.name)
-    corpus.write_manifest(corpus.manifest(train_docs, validation_docs), out / MANIFEST.name)
+    corpus.write_validation(calibration_docs, out / CALIBRATION.name)
+    corpus.write_manifest(corpus.manifest(train_docs, validation_docs, calibration_docs), out / MANIFEST.name)
 
 
 def learning_rate(step: int, config: TrainConfig) -> float:
@@ -289,7 +292,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--publish", action="store_true",
                         help="copy the final weights, log and loss curve into hwopt/models/weights/<size>")
     parser.add_argument("--prepare", action="store_true",
-                        help="rebuild tokenizer.json, validation.txt and corpus_manifest.json first")
+                        help="rebuild tokenizer.json, validation.txt, calibration.txt and "
+                             "corpus_manifest.json first")
     args = parser.parse_args(argv)
     if args.prepare:
         prepare()

@@ -41,6 +41,7 @@ def test_report_says_how_many_times_more_fit():
     lengths = paging.request_lengths(2000, 300, 4096, seed=0)
     text = paging.paging_report(lengths, 100_000, 4096, 16)
     assert "contiguous" in text and "paged" in text and "as many sequences" in text
+    assert "max_len = 4,096 tokens" in text and "max_len / mean length" in text
     assert "every one" in paging.paging_report([4, 4], 1000, 8, 4)
     assert "not one" in paging.paging_report([4, 4], 6, 8, 2)
 

@@ -82,7 +82,25 @@ def test_tables_and_reports_name_every_model():
     assert "Llama-2-7B" in table and "small" in table and "prefill ms" not in table
     assert "prefill ms" in phases.phase_table(shapes, 64, 64, peak_flops=1e12, bandwidth_gbs=10.0)
     line = phases.kv_report(footprint.get_shape("Llama-3-8B"), "fp16", (1, 16))
-    assert "128 KB per token" in line and "at batch 16" in line
+    assert "131 kB per token" in line and "at batch 16" in line  # 131,072 bytes: kB are 1000 bytes
+
+
+def test_lessons_2_and_8_crossover_for_llama_2_7b_counts_the_weights_a_token_reads():
+    """One function for both lessons: the embedding table is looked up (one row a token), not read whole."""
+    shape = footprint.get_shape("Llama-2-7B")
+    assert phases.kv_bytes_per_token(shape) == 2 * 32 * 32 * 128 * 2 == 524_288
+    assert phases.kv_crossover_context(shape) == 25_204
+    assert phases.kv_crossover_context(shape, 1, "int4", "fp16") == 6_301  # int4 weights: 4x sooner
+    assert "524 kB per token" in phases.kv_report(shape)
+
+
+def test_serving_step_costs_are_the_rooflines_terms():
+    shape = footprint.get_shape("Llama-3-8B")
+    c = phases.serving_step_costs(shape, 3350.0, 989e12, "fp16", 1024)
+    one = phases.decode_cost(shape, 1024, 1, "fp16")
+    assert c["weight_read_ms"] + c["kv_read_per_seq_ms"] == pytest.approx(1e3 * one.bytes / 3350e9)
+    assert c["token_compute_ms"] == pytest.approx(1e3 * one.flops / 989e12)
+    assert c["weight_read_ms"] == pytest.approx(1e3 * phases.matmul_params(shape) * 2 / 3350e9)
 
 
 def test_bad_input_names_the_argument():

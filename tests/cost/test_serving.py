@@ -110,30 +110,52 @@ def test_generation_rejects_bad_lengths():
 # ---- chunked prefill (lesson 8) ---------------------------------------------------------------------------
 
 
+def test_a_mixed_step_costs_its_weight_read_until_its_compute_catches_up():
+    # weights read in 10 ms, 0.1 ms of compute per token: 100 tokens ride on the read for free
+    assert sv.mixed_step_ms(16, 0, 10.0, 0.1) == pytest.approx(10.0)
+    assert sv.mixed_step_ms(16, 84, 10.0, 0.1) == pytest.approx(10.0)  # 100 tokens: at the ridge
+    assert sv.mixed_step_ms(16, 184, 10.0, 0.1) == pytest.approx(20.0)  # compute-bound: 200 tokens
+    assert sv.mixed_step_ms(16, 0, 10.0, 0.1, kv_read_per_seq_ms=0.5) == pytest.approx(18.0)
+    assert sv.mixed_step_ms(0, 0, 10.0, 0.1, step_overhead_ms=2.0) == pytest.approx(12.0)
+    assert sv.tokens_at_ridge(10.0, 0.1) == 100 and sv.tokens_at_ridge(10.0, 0.1, decoding=16) == 84
+    assert sv.tokens_at_ridge(10.0, 0.1, 16, 0.5) == 180 - 16 and sv.tokens_at_ridge(1.0, 0.1, 16) == 0
+
+
 def test_one_request_by_hand_whole_and_chunked():
-    # prompt 100 tokens at 0.1 ms each, 3 output tokens, overhead 1 ms, decode 0.5 ms per sequence
-    whole = sv.simulate_chunked_prefill([0.0], [100], [3], 4, 1.0, 0.5, 0.1)
-    assert whole.ttft_ms.tolist() == [pytest.approx(1.0 + 10.0)]
-    assert whole.tpot_ms.tolist() == [pytest.approx(1.5), pytest.approx(1.5)]
-    chunked = sv.simulate_chunked_prefill([0.0], [100], [3], 4, 1.0, 0.5, 0.1, chunk_tokens=30)
-    assert chunked.ttft_ms.tolist() == [pytest.approx(4 * 1.0 + 10.0)]  # 4 steps of at most 30 tokens
-    assert whole.total_ms == pytest.approx(11.0 + 3.0)
+    # prompt 100 tokens, 3 output tokens; weights read in 1 ms, 0.1 ms of compute per token
+    whole = sv.simulate_chunked_prefill([0.0], [100], [3], 4, 1.0, 0.1)
+    assert whole.ttft_ms.tolist() == [pytest.approx(10.0)]  # compute-bound: 100 x 0.1 ms
+    assert whole.tpot_ms.tolist() == [pytest.approx(1.0), pytest.approx(1.0)]  # memory-bound: the read
+    chunked = sv.simulate_chunked_prefill([0.0], [100], [3], 4, 1.0, 0.1, chunk_tokens=30)
+    assert chunked.ttft_ms.tolist() == [pytest.approx(3 * 3.0 + 1.0)]  # chunks of 30, 30, 30, 10 tokens
+    assert whole.total_ms == pytest.approx(10.0 + 2.0)
 
 
 def test_a_long_prompt_stalls_decoding_unless_it_is_chunked():
     arrivals, prompts, outputs = [0.0, 5.0], [8, 2000], [200, 5]
-    whole = sv.simulate_chunked_prefill(arrivals, prompts, outputs, 4, 1.0, 0.5, 0.1)
-    chunked = sv.simulate_chunked_prefill(arrivals, prompts, outputs, 4, 1.0, 0.5, 0.1, chunk_tokens=64)
+    whole = sv.simulate_chunked_prefill(arrivals, prompts, outputs, 4, 1.0, 0.1)
+    chunked = sv.simulate_chunked_prefill(arrivals, prompts, outputs, 4, 1.0, 0.1, chunk_tokens=64)
     assert whole.percentile("tpot", 100) >= 200.0  # the decoding request waited for 2000 prompt tokens
-    assert chunked.percentile("tpot", 100) <= 1.0 + 2 * 0.5 + 64 * 0.1 + 1e-9  # at most one chunk per step
+    assert chunked.percentile("tpot", 100) <= 0.1 * (64 + 1) + 1e-9  # at most one chunk per step
     assert chunked.ttft_ms[1] > whole.ttft_ms[1]  # the long prompt itself waits longer
     for stats in (whole, chunked):
         assert stats.tpot_ms.size == sum(outputs) - len(outputs)  # one gap per token after the first
     assert "whole prompts" in str(whole) and "chunks of 64" in str(chunked)
 
 
+def test_a_chunk_within_the_ridge_rides_on_the_decode_steps_for_free():
+    """Weights read in 10 ms, 0.01 ms per token: a step holds 1000 tokens before compute catches up. Chunks
+    of 256 leave every decode gap at the weight read; the whole 4000-token prompt stalls one step."""
+    arrivals, prompts, outputs = [0.0, 1.0], [8, 4000], [100, 4]
+    whole = sv.simulate_chunked_prefill(arrivals, prompts, outputs, 4, 10.0, 0.01)
+    chunked = sv.simulate_chunked_prefill(arrivals, prompts, outputs, 4, 10.0, 0.01, chunk_tokens=256)
+    assert whole.percentile("tpot", 100) == pytest.approx(0.01 * 4001)
+    assert chunked.percentile("tpot", 100) == pytest.approx(10.0)  # never above a decode-only step
+    assert chunked.total_ms <= whole.total_ms + 16 * 10.0  # 16 chunks, each hidden in a step that ran anyway
+
+
 def test_requests_beyond_the_slots_wait_and_idle_servers_jump_to_the_next_arrival():
-    stats = sv.simulate_chunked_prefill([0.0, 0.0, 1000.0], [10, 10, 10], [2, 2, 2], 1, 1.0, 1.0, 0.1)
+    stats = sv.simulate_chunked_prefill([0.0, 0.0, 1000.0], [10, 10, 10], [2, 2, 2], 1, 2.0, 0.1)
     assert stats.ttft_ms[0] == pytest.approx(2.0)
     assert stats.ttft_ms[1] == pytest.approx(2.0 + 2.0 + 2.0)  # waits for the first request's two steps
     assert stats.ttft_ms[2] == pytest.approx(2.0)  # the server was idle when it arrived
@@ -144,21 +166,23 @@ def test_mixed_requests_and_the_explorer():
     assert arrivals.shape == prompts.shape == outputs.shape == (400,)
     assert set(np.unique(prompts)) == {16, 1000} and 0.15 < np.mean(prompts == 1000) < 0.35
     requests = (arrivals, prompts, outputs)
-    box = sv.chunked_prefill_explorer(1.0, 0.2, 0.05, requests, max_batch_size=8)
+    box = sv.chunked_prefill_explorer(1.0, 0.05, requests, max_batch_size=8, kv_read_per_seq_ms=0.2)
     box.controls["chunk_tokens"].value = 64
-    fig = sv.plot_phase_latencies({"a": sv.simulate_chunked_prefill(*requests, 8, 1.0, 0.2, 0.05)})
+    fig = sv.plot_phase_latencies({"a": sv.simulate_chunked_prefill(*requests, 8, 1.0, 0.05)})
     assert fig.axes[0].get_ylabel() == "time (ms)"
 
 
 def test_chunked_prefill_rejects_bad_input():
     with pytest.raises(ValueError, match="equally long"):
-        sv.simulate_chunked_prefill([0.0, 1.0], [4], [4], 2, 1.0, 1.0, 1.0)
+        sv.simulate_chunked_prefill([0.0, 1.0], [4], [4], 2, 1.0, 1.0)
     with pytest.raises(ValueError, match="increasing"):
-        sv.simulate_chunked_prefill([1.0, 0.0], [4, 4], [4, 4], 2, 1.0, 1.0, 1.0)
+        sv.simulate_chunked_prefill([1.0, 0.0], [4, 4], [4, 4], 2, 1.0, 1.0)
     with pytest.raises(ValueError, match="chunk_tokens"):
-        sv.simulate_chunked_prefill([0.0], [4], [4], 2, 1.0, 1.0, 1.0, chunk_tokens=0)
+        sv.simulate_chunked_prefill([0.0], [4], [4], 2, 1.0, 1.0, chunk_tokens=0)
     with pytest.raises(ValueError, match="which"):
-        sv.simulate_chunked_prefill([0.0], [4], [4], 2, 1.0, 1.0, 1.0).percentile("e2e", 50)
+        sv.simulate_chunked_prefill([0.0], [4], [4], 2, 1.0, 1.0).percentile("e2e", 50)
+    with pytest.raises(ValueError, match="weight_read_ms or step_overhead_ms"):
+        sv.simulate_chunked_prefill([0.0], [4], [4], 2, 0.0, 1.0)
 
 
 def test_measured_batch_latencies_replace_the_line_where_it_is_optimistic():

@@ -89,3 +89,14 @@ def test_unknown_precisions_are_refused():
         llm_accuracy.evaluate("draft", "int3", **SHORT)
     with pytest.raises(ValueError, match="seq_len"):
         llm_accuracy.evaluate("draft", "fp32", seq_len=100_000)
+
+
+def test_frontier_keeps_the_rows_nothing_beats_and_slices_are_described():
+    rows = [{"precision": p, "bytes_per_weight": b, "perplexity": q, "top1_agreement": 1.0}
+            for p, b, q in [("fp32", 4.0, 10.0), ("bf16", 2.0, 10.0), ("int8", 1.0, 10.1), ("x", 1.0, 12.0),
+                            ("int4", 0.5, 11.0)]]
+    assert [r["precision"] for r in llm_accuracy.frontier(rows)] == ["int4", "int8", "bf16"]
+    row = {"tokens": 1024, "seq_len": 512, "eval_set": "validation", "available_tokens": 4096}
+    assert llm_accuracy.describe_slice(row) == ("the first 2 windows of 512 tokens of the validation text: "
+                                                "1,024 of its 4,096 tokens")
+    assert llm_accuracy.describe_slice({**row, "tokens": 4096}).startswith("all 8 windows")

@@ -91,6 +91,7 @@ def test_in_dtype_matches_fp32_within_tolerance(trained):
 
 def test_verdicts_follow_the_measurement():
     assert "SLOWER" in precision.half_precision_verdict(100e9, 1e9)
+    assert "1.0 against 100.0 GFLOP/s" in precision.half_precision_verdict(100e9, 1e9)  # absolute figures
     assert "same speed" in precision.half_precision_verdict(100e9, 95e9)
     assert "faster" in precision.half_precision_verdict(100e9, 400e9, "bf16")
     assert "saturates" in precision.int8_saturation_verdict(0.15, 0.01, has_vnni=False)

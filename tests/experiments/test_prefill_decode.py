@@ -64,7 +64,7 @@ def test_decode_slows_down_when_the_kv_cache_dwarfs_the_weights():
     assert sweep.kv_bytes[-1] >= 50 * sweep.weight_bytes
     assert sweep.predicted_slowdowns()[-1] > 10 and sweep.measured_slowdowns()[-1] > 2
     assert sweep.predicted_slowdowns() == pd.predicted_slowdowns(small, (8, 448), batch)
-    assert "slowdown" in pd.context_report(sweep, 20.0)
+    assert "slowdown" in pd.context_report(sweep, 20.0, 1e11)
     assert pd.plot_decode_vs_context(sweep).axes[0].get_xlabel() == "context (tokens)"
 
 
@@ -86,7 +86,8 @@ def _sweep(measured_ms):
 def test_context_report_says_which_way_the_measurement_went(measured_ms, says):
     sweep = _sweep(measured_ms)
     assert sweep.predicted_slowdowns()[-1] == pytest.approx(200 / 101)
-    assert says in pd.context_report(sweep, 10.0) and "reads the cache once" in pd.context_report(sweep, 10.0)
+    report = pd.context_report(sweep, 10.0, 1e11)
+    assert says in report and "reads the cache once" in report
 
 
 def test_quantize_kv_errors_follow_the_bits():
@@ -119,15 +120,32 @@ def test_serving_costs_and_summary_come_from_the_measurements(model):
     times = pd.measure_phases(model, prompt_lens=(4, 16), repeats=1)
     sweep = pd.decode_vs_context(model, contexts=(4, 16), batch_size=4, repeats=1)
     costs = pd.serving_costs(times, sweep)
-    assert costs["step_overhead_ms"] == times.tpot[0].median_ms
-    assert costs["prefill_per_token_ms"] == pytest.approx(times.ttft[-1].median_ms / 16)
-    assert costs["decode_per_seq_ms"] >= 0.01 * costs["step_overhead_ms"]
+    assert costs["weight_read_ms"] == times.tpot[0].median_ms
+    assert costs["token_compute_ms"] == pytest.approx(times.ttft[-1].median_ms / 16)
+    growth = max(0.0, sweep.steps[-1].median_ms - sweep.steps[0].median_ms)
+    assert costs["kv_read_per_seq_ms"] == pytest.approx(growth / (4 * 12) * 16)
+    longer = pd.serving_costs(times, sweep, 32)
+    assert longer["kv_read_per_seq_ms"] == pytest.approx(2 * costs["kv_read_per_seq_ms"])
     requests = serving.mixed_requests(20, 10.0, 4, 64, 0.2, 4.0)
     runs = {"whole prompts": serving.simulate_chunked_prefill(*requests, 4, **costs),
             "chunks of 16": serving.simulate_chunked_prefill(*requests, 4, **costs, chunk_tokens=16)}
-    rows = pd.kv_quantization_error(model, prompt_len=8, kv_precisions=("fp16", "int8"), steps=2)
+    rows = [{"variant": "KV fp16", "kv_bytes_per_value": 2.0, "perplexity": 60.0, "top1_agreement": 1.0},
+            {"variant": "KV int8 K per-token", "kv_bytes_per_value": 1.06, "perplexity": 60.3,
+             "top1_agreement": 0.99},
+            {"variant": "KV int4 K per-token", "kv_bytes_per_value": 0.56, "perplexity": 66.0,
+             "top1_agreement": 0.9}]
     text = pd.lesson_summary(times, sweep, rows, runs)
-    assert f"{times.ttft[-1].median_ms:,.1f} ms" in text and "int8" in text and "chunks of 16" in text
+    assert f"{times.ttft[-1].median_ms:,.1f} ms" in text and "as KV int8 K per-token" in text
+    assert "chunks of 16" in text and "60.300" in text
+
+
+def test_a_compute_bound_batch_is_named_in_the_context_report():
+    steps = tuple(bench.Measurement(f"c{i}", (t,) * 3) for i, t in enumerate((0.01, 0.02)))
+    sweep = pd.ContextSweep((16, 448), 8, steps, weight_bytes=1000, kv_bytes=(10, 1000), kv_passes=1,
+                            flops=(20_000.0, 21_000.0))
+    report = pd.context_report(sweep, 1.0, 1e9)  # ridge 1 FLOP/byte, the step at ~20
+    assert "above this machine's ridge (1.00)" in report and "2 of the 2 rows" in report
+    assert "above this machine's ridge" not in pd.context_report(sweep, 1.0, 1e12)
 
 
 def test_the_device_must_be_the_models(model):

@@ -57,6 +57,8 @@ def test_step_costs_and_report_are_measured():
     plain, fast = timings["target greedy"], timings["speculative"]
     assert ratios["measured"] == pytest.approx(plain.median_s / fast.median_s)
     assert "predicted / measured" in sd.speedup_report(run, costs, timings)
+    plain_ms = timings["target greedy"].median_ms
+    assert f"{plain_ms:,.1f} ms plain" in sd.speedup_report(run, costs, timings)  # absolute figures
 
 
 def test_bad_pairs_are_refused():

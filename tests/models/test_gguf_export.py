@@ -42,6 +42,24 @@ def test_metadata_lets_llama_cpp_run_it_as_a_llama(files, draft):
     assert len(field["tokenizer.ggml.merges"]) == len(spec["model"]["merges"])
     assert field["tokenizer.ggml.eos_token_id"] == 0
     assert "output.weight" not in {t.name for t in reader.tensors}  # tied: llama.cpp reuses token_embd
+    assert field["tokenizer.chat_template"] == gguf_export.CHAT_TEMPLATE
+
+
+def test_the_chat_template_turns_a_chat_into_a_python_file():
+    jinja2 = pytest.importorskip("jinja2")
+    messages = [{"role": "system", "content": "a sorting helper"}, {"role": "user", "content": "sort xs"},
+                {"role": "assistant", "content": "xs.sort()"}]
+    text = jinja2.Template(gguf_export.CHAT_TEMPLATE).render(messages=messages)
+    assert text == "# a sorting helper\n# sort xs\nxs.sort()\n"
+
+
+def test_the_course_model_is_written_once_into_the_cache():
+    path = gguf_export.cached("draft", "Q8_0")
+    modified = path.stat().st_mtime_ns
+    assert gguf_export.cached("draft", "Q8_0") == path and path.stat().st_mtime_ns == modified
+    assert path.parent.name == "gguf" and gguf_export.read(path)[2]["layers.0.mlp.up_proj.weight"] == "Q8_0"
+    with pytest.raises(ValueError, match="tensor_type"):
+        gguf_export.cached("draft", "Q3_K")
 
 
 def test_every_tensor_reads_back_as_written(files, draft):

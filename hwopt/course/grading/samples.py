@@ -3,7 +3,9 @@
 Each sample student is one way a submission can go right or wrong, attacks on the grader included;
 `write_submissions` lays them out as nbgrader's submitted/<student>/<assignment>/<notebook>.ipynb. A
 student's assignments not named in its variants are the correct solution. EXPECTED holds the scores the
-grader must give (the tests and `python -m hwopt.course.grading demo` check them).
+grader must give (the tests and `python -m hwopt.course.grading demo` check them); for a sample of
+ID_DEPENDENT its score depends on the id it is graded under, and EXPECTED holds it for the sample's own name
+only (a class demo, whose ids are student01..., does not check it).
 """
 
 from __future__ import annotations
@@ -35,9 +37,30 @@ SAMPLE_ID = "instructor"  # the id a solved quiz is written for when no student 
 def quiz_solution(student_id: str, root: Path = course.ROOT) -> dict[str, str]:
     """The quiz's solution cells as student_id types them: that id, and the right letter of each question."""
     bank = quiz.load_bank(root / "source" / "quiz" / "question_bank.json")
-    key = quiz.AnswerKey(root / QUIZ_KEY)
-    right = {q["id"]: key.letter(q) for q in quiz.draw(bank, student_id)}
+    right = quiz.AnswerKey(root / QUIZ_KEY).letters(bank, student_id)
     return {"student_id": f"STUDENT_ID = {student_id!r}", "answers": f"answers = {right!r}"}
+
+
+def _first_formula(bank: dict, posed: dict) -> str:
+    """The letter of the shown choice that the bank's first formula gives (a student can compute it)."""
+    question = next(q for q in bank["questions"] if q["id"] == posed["id"])
+    value = quiz.evaluate(question["choices"][0], posed["parameters"])
+    return quiz.LETTERS[posed["choices"].index(f"{quiz.shown(value)} {question['unit']}".strip())]
+
+
+# How a student who knows nothing guesses a posed question (bank, posed question -> letter).
+GUESSES = {
+    "first choice": lambda bank, posed: "a",
+    "longest choice": lambda bank, posed: quiz.LETTERS[max(range(4), key=lambda i: len(posed["choices"][i]))],
+    "first formula, else longest": lambda bank, posed: (
+        _first_formula(bank, posed) if posed["parameters"] else GUESSES["longest choice"](bank, posed)),
+}
+
+
+def quiz_guess(student_id: str, strategy: str, root: Path = course.ROOT) -> dict[str, str]:
+    """The answers student_id's quiz gets from one of GUESSES, reading only what the student sees."""
+    bank = quiz.load_bank(root / "source" / "quiz" / "question_bank.json")
+    return {posed["id"]: GUESSES[strategy](bank, posed) for posed in quiz.draw(bank, student_id)}
 
 
 def solved(assignment: str, root: Path = course.ROOT, student_id: str = SAMPLE_ID):
@@ -86,7 +109,7 @@ def v_wrong(a, release, good):
     if a == "latency_budget":  # "<" instead of "<=", and the last duplicate instead of the worst
         edit(good, "largest_batch", "latency_ms <= budget_ms", "latency_ms < budget_ms")
         return edit(good, "largest_batch", "max(latency_ms, worst.get(batch_size, latency_ms))", "latency_ms")
-    if a == "quiz":  # three wrong answers, one letter on: lessons 1, 3 and 5 (the draw's 1st, 3rd, 5th)
+    if a == "quiz":  # three wrong answers, one letter on: the draw's 1st, 3rd and 5th (cells 1, 2 and 3)
         c = cell(good, "answers")
         right = ast.literal_eval(c.source.removeprefix("answers = "))
         for qid in list(right)[0:6:2]:
@@ -144,6 +167,18 @@ def v_quiz_slip(a, release, good):
     if a == "quiz":  # a classmate's id and answers copied: graded on this student's own draw
         return solved(a, course.ROOT, "a classmate")
     return good
+
+
+def v_quiz_guess(a, release, good):
+    if a == "quiz":  # no knowledge: the first formula of a numeric question, else the longest choice
+        guessed = quiz_guess(_graded_id(good), "first formula, else longest")
+        cell(good, "answers").source = f"answers = {guessed!r}"
+    return good
+
+
+def _graded_id(nb) -> str:
+    """The id a solved quiz notebook was written for (its STUDENT_ID cell)."""
+    return ast.literal_eval(cell(nb, "student_id").source.removeprefix("STUDENT_ID = "))
 
 
 def v_batching_slip(a, release, good):
@@ -780,7 +815,7 @@ STUDENTS: dict[str, Variant] = {
     "roofline_slip": v_roofline_slip,
     "fusion_slip": v_fusion_slip,
     "batching_slip": v_batching_slip, "bandwidth_precision_slip": v_bandwidth_precision_slip,
-    "quiz_slip": v_quiz_slip,
+    "quiz_slip": v_quiz_slip, "quiz_guess": v_quiz_guess,
     "quantize_slip": v_quantize_slip, "profiling_slip": v_profiling_slip,  # assignments 6 and 8
     "memory_kv_slip": v_memory_kv_slip,
     "serving_queue_slip": v_serving_queue_slip,
@@ -788,6 +823,9 @@ STUDENTS: dict[str, Variant] = {
 }
 ATTACKS_WITHOUT_WORK = ("transformer", "equals_anything", "toolkit", "read_source")
 ATTACKS_WITH_WORK = ("write_files", "signal", "flood")  # signal_next: graded right after signal
+# Scores that are chance: the questions and choice orders an id draws decide them (a guess, or a classmate's
+# letters, is right where it happens to hit), so EXPECTED holds them for the sample's own name only.
+ID_DEPENDENT = ("quiz_guess", "quiz_slip")
 
 ALL = course.ASSIGNMENTS
 # The assignments each sample is about (the end-to-end test grades only these; a class demo grades all).
@@ -795,6 +833,7 @@ TARGETS = {"correct": ALL, "blank": ALL, "wrong": ALL, "raises": ("batching",), 
            **dict.fromkeys(("infinite_loop", "sigint_loop", "edited_tests", "hardcoded", "missing", "colab",
                             "stripped", "fork_bomb"), ("latency_budget",)),
            "memory_hog": ("bandwidth_precision",), "invalid_json": ("quiz",), "adapter": tuple(ADAPTERS),
+           "quiz_guess": ("quiz",),
            **{name: ATTACKED for name in (*ATTACKS_WITHOUT_WORK, *ATTACKS_WITH_WORK, "signal_next")},
            **{f"{a}_slip": (a,) for a in ALL if a != "latency_budget"}}  # latency_budget: the samples above
 FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "quiz": 10.0,
@@ -803,15 +842,20 @@ FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "qu
         "quantize": 12.0, "profiling": 10.0,  # assignments 6 and 8
         "memory_kv": 10.0,
         "serving_queue": 11.0,
-        "beyond_one_chip": 11.0}
+        "beyond_one_chip": 10.0}
 # (student, assignment) -> (score, status) the grader must give.
 EXPECTED = {
     **{("correct", a): (FULL[a], "ok") for a in ALL},
     **{("blank", a): (0.0, "ok") for a in ALL},
     ("wrong", "latency_budget"): (7.0, "ok"),  # on-budget (1), duplicates (2), model at 100 ms exactly (2)
-    ("wrong", "quiz"): (4.0, "ok"),  # wrong on lessons 1, 3 and 5: loses lessons 1-2, 3-4 and 5-6 (2 each)
-    # a classmate's answers: this student's draw has other questions or other numbers in every group
+    # wrong on the 1st, 3rd and 5th question: loses the cells of lessons 1-3, 4-6 and 7-8 (2 each)
+    ("wrong", "quiz"): (4.0, "ok"),
+    # a classmate's letters, graded on this student's own draw: for the id "quiz_slip" no cell has both
+    # questions drawn alike and shown in the same order (by chance: about 1 id in 100 gets a cell)
     ("quiz_slip", "quiz"): (0.0, "ok"),
+    # no knowledge (the first formula, else the longest choice): chance, 0.69 of 10 on average over 2,000 ids
+    # against 0.625 for random letters (tests/course/test_quiz.py); the id "quiz_guess" gets no cell right
+    ("quiz_guess", "quiz"): (0.0, "ok"),
     ("raises", "batching"): (6.0, "ok"),  # only the flattening part (2) raises
     # the two cells where nothing fits time out: "nothing fits" (3, with the bad input) and the model (2)
     ("infinite_loop", "latency_budget"): (7.0, "ok"),
@@ -867,11 +911,11 @@ EXPECTED = {
     # the p99 one rank too high loses the percentile (2), the edge of exactly 100 values (1) and largest
     # within (2: its p99 is returned); "none within" holds (a higher p99 is over the budget too)
     ("serving_queue_slip", "serving_queue"): (6.0, "ok"),
-    # beyond_one_chip (11): the KV cache split over all tp chips, not min(tp, KV heads), loses the copied KV
+    # beyond_one_chip (10): the KV cache split over all tp chips, not min(tp, KV heads), loses the copied KV
     # heads (1), the TP degree (1) and "none fits" (1; each has a case past the KV heads), the decode step (2)
-    ("wrong", "beyond_one_chip"): (6.0, "ok"),
+    ("wrong", "beyond_one_chip"): (5.0, "ok"),
     # the ring all-reduce with each byte sent once loses both all-reduce parts (1 + 1) and the decode step (2)
-    ("beyond_one_chip_slip", "beyond_one_chip"): (7.0, "ok"),
+    ("beyond_one_chip_slip", "beyond_one_chip"): (6.0, "ok"),
 }
 
 

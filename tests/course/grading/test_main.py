@@ -41,3 +41,11 @@ def test_the_demo_names_every_sample_graded_otherwise_than_expected():
             row(student="s4", assignment="quiz", score=10.0, status="ok")]
     students = {"s1": "correct", "s2": "wrong", "s3": "invalid_json", "s4": "raises"}  # s4: not its target
     assert demo.unexpected(rows, students) == ["s2 (wrong) batching: got 8 (ok), expected 6 (ok)"]
+
+
+def test_the_demo_checks_a_chance_score_only_under_the_samples_own_name():
+    row = SimpleNamespace
+    rows = [row(student="s5", assignment="quiz", score=2.0, status="ok"),
+            row(student="quiz_guess", assignment="quiz", score=2.0, status="ok")]
+    students = {"s5": "quiz_guess", "quiz_guess": "quiz_guess"}  # s5 draws another quiz: its score is chance
+    assert demo.unexpected(rows, students) == ["quiz_guess (quiz_guess) quiz: got 2 (ok), expected 0 (ok)"]

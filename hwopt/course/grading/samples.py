@@ -745,7 +745,7 @@ def moe_weights_read_gb(n_experts, experts_per_token, batch_size, expert_gb, sha
     return shared_gb + _moe.expected_distinct_experts(n_experts, experts_per_token, batch_size) * expert_gb
 """,
 }
-# Every assignment but the quiz and profiling, whose graded parts no toolkit function answers
+# Every assignment but the quiz and profiling, where no glue around the toolkit earns a point
 # (tests/course/grading/test_samples.py measures what each adapter would score with the whole toolkit).
 ADAPTERS = {"roofline": ROOFLINE_ADAPTER, "memory_kv": MEMORY_KV_ADAPTER, "batching": BATCHING_ADAPTER,
             "latency_budget": LATENCY_BUDGET_ADAPTER, "bandwidth_precision": BANDWIDTH_PRECISION_ADAPTER,

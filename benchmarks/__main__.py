@@ -15,11 +15,21 @@ from types import SimpleNamespace
 
 import torch
 
-from benchmarks import course, decode_scaling, effects, fidelity, figures, grading, llm_formats, report
+from benchmarks import (
+    course,
+    decode_scaling,
+    effects,
+    engine,
+    fidelity,
+    figures,
+    grading,
+    llm_formats,
+    report,
+)
 from hwopt.machine import card, probe
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ("fidelity", "effects", "notebooks", "grading", "scaling", "llm")
+SECTIONS = ("fidelity", "effects", "notebooks", "grading", "scaling", "llm", "engine")
 
 
 def measured_probe(doc: dict):
@@ -83,6 +93,11 @@ def _section_llm(doc, ctx):
     doc["llm_formats"] = llm_formats.measure(quick=ctx["quick"])
 
 
+def _section_engine(doc, ctx):
+    doc["engine"] = engine.measure(quick=ctx["quick"])
+    ctx["stats"] += report.row_stats(doc["engine"]["rows"])
+
+
 STEPS = {
     "fidelity": ("1. probe fidelity (STREAM, sgemm, FMA peak vs the toolkit's probes)", _section_fidelity),
     "effects": ("2. headline effects of the lessons", _section_effects),
@@ -90,6 +105,8 @@ STEPS = {
     "grading": ("3. course cost: grading an honest class, then the sample mix", _section_grading),
     "scaling": ("4. scaling: bandwidth vs array size, GEMV vs matrix size", _section_scaling),
     "llm": ("5. the trained LLM in every weight format: perplexity and top-1 agreement", _section_llm),
+    "engine": ("6. the serving engine: the C kernel against llama.cpp, goodput at lesson 11's SLO",
+               _section_engine),
 }
 
 
@@ -130,6 +147,7 @@ def run(out_dir: Path, *, quick: bool, sections=SECTIONS, class_size: int | None
                         "notes": []},
         "scaling": {"bandwidth": [], "gemv": [], "grading": [], "notes": []},
         "llm_formats": {"rows": [], "notes": [skipped]},
+        "engine": {"rows": [], "notes": [skipped]},
         "noise": {}, "plots": {},
     }
     # compiled kernels and the kernels' logs stay out of the report, deleted with their folder at the end

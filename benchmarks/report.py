@@ -376,6 +376,8 @@ SCHEMA = {
         "llm_formats": {**_SECTION, "required": ["rows", "notes"], "properties": {  # optional: older reports
             "rows": {"type": "array", "items": {"type": "object", "required": [
                 "precision", "bytes_per_weight", "perplexity", "top1_agreement"]}}}},
+        "engine": {**_SECTION, "required": ["rows", "notes"],  # optional: reports written before it have none
+                   "properties": {"rows": {"type": "array", "items": _ROW}}},
         "noise": {"type": "object", "required": ["threshold", "series", "noisy", "warnings"]},
         "plots": {"type": "object", "additionalProperties": {"type": "string"}},
     },
@@ -565,8 +567,8 @@ def summary_table(doc: dict) -> str:
     """Markdown table of every goal in the report: ratio (or seconds), goal, verdict; then a count line."""
     lines = ["| goal | measured | target | verdict |", "|---|---|---|---|"]
     results = []
-    for section in ("fidelity", "effects"):
-        for r in doc[section]["rows"]:
+    for section in ("fidelity", "effects", "engine"):
+        for r in doc.get(section, {"rows": []})["rows"]:
             if r["goal"] is not None:
                 lines.append(f"| {r['name']} | {_fmt(r['ratio'])}x | {_goal_cell(r['goal'], 'x')} | "
                              f"{r['verdict']} |")
@@ -636,6 +638,12 @@ def render_markdown(doc: dict) -> str:
         llm = doc["llm_formats"]
         out += ["## 5. The course's trained LLM in each weight format\n",
                 llm_table(llm["rows"]) if llm["rows"] else "(not measured)", "", _notes(llm["notes"])]
+    if "engine" in doc:  # reports written before it have none
+        engine = doc["engine"]
+        out += ["## 6. The serving engine: the course's C kernel against llama.cpp, and goodput\n",
+                ratio_table(engine["rows"], baseline_header="llama.cpp (or requests answered)",
+                            candidate_header="C kernel (or goodput)") if engine["rows"] else "(not measured)",
+                "", _notes(engine["notes"])]
     out += [
         "## Noise\n",
         f"{noise['noisy']} of {len(noise['series'])} timed series had a relative IQR above "

@@ -101,6 +101,6 @@ c.ZipCollectApp.collector_plugin = "hwopt.course.grading.lms.LmsSubmissionCollec
 c.FileNameCollectorPlugin.named_regexp = (
     r".*/(?P<student_id>[A-Za-z0-9.-]+)_(?:LATE_)?(?:\d+_)*(?P<file_id>[^/]+)$")
 
-# The exchange's collect (JupyterHub): copies a submission without following links (a link stays a link, and
-# grading refuses it), never a copy of what it points to.
-c.ExchangeFactory.collect = "hwopt.course.grading.plugins.NoFollowCollect"
+# The exchange's collect (JupyterHub): only what each student made, when they made it (a classmate's folder
+# in their name, a time they wrote themselves and what a link points to are left out; grading.exchange).
+c.ExchangeFactory.collect = "hwopt.course.grading.exchange.ExchangeCollect"

@@ -67,6 +67,15 @@ def arrivals_ms(arrival_rate_per_s: float, n_requests: int, seed: int = 0) -> np
     return np.cumsum(gaps)
 
 
+def _per_item(name: str, per_item_ms, overhead_ms: float) -> float:
+    """A batch's cost per item (ms, >= 0: a flat line is a fit's answer for latencies that do not grow with
+    the batch); with a zero overhead it must be > 0, or batches would cost nothing."""
+    per_item_ms = arguments.positive(name, per_item_ms, allow_zero=True)
+    if per_item_ms == 0 and overhead_ms == 0:
+        raise ValueError(f"{name} must be > 0 when the overhead is 0 (a batch must cost something); got 0")
+    return per_item_ms
+
+
 def simulate_dynamic_batching(arrival_rate_per_s: float, max_batch_size: int, max_wait_ms: float,
                               overhead_ms: float, per_item_ms: float, *, n_requests: int = 2000,
                               seed: int = 0, batch_ms=None) -> ServingStats:
@@ -78,7 +87,7 @@ def simulate_dynamic_batching(arrival_rate_per_s: float, max_batch_size: int, ma
     max_batch_size = arguments.count("max_batch_size", max_batch_size, "batch")
     max_wait_ms = arguments.positive("max_wait_ms", max_wait_ms, allow_zero=True)
     overhead_ms = arguments.positive("overhead_ms", overhead_ms, allow_zero=True)
-    per_item_ms = arguments.positive("per_item_ms", per_item_ms)
+    per_item_ms = _per_item("per_item_ms", per_item_ms, overhead_ms)
     if batch_ms is None:
         cost_ms = overhead_ms + per_item_ms * np.arange(max_batch_size + 1)
     else:
@@ -178,7 +187,7 @@ def simulate_generation(lengths, max_batch_size: int, step_overhead_ms: float, s
                          f"(hwopt.arguments.LIMITS['items']); got {lengths.sum():,}")
     max_batch_size = arguments.count("max_batch_size", max_batch_size, "batch")
     step_overhead_ms = arguments.positive("step_overhead_ms", step_overhead_ms, allow_zero=True)
-    step_per_item_ms = arguments.positive("step_per_item_ms", step_per_item_ms)
+    step_per_item_ms = _per_item("step_per_item_ms", step_per_item_ms, step_overhead_ms)
     continuous = arguments.boolean("continuous", continuous)
     queue = list(range(len(lengths)))[::-1]  # pop() takes the next request
     finish = np.zeros(len(lengths))
@@ -211,10 +220,11 @@ def simulate_generation(lengths, max_batch_size: int, step_overhead_ms: float, s
 def serving_explorer(overhead_ms: float, per_item_ms: float, seed: int = 0):
     """Sliders (arrival rate, max batch, max wait) -> p50/p99 latency and throughput on a batch cost model."""
     overhead_ms = arguments.positive("overhead_ms", overhead_ms, allow_zero=True)
-    per_item_ms = arguments.positive("per_item_ms", per_item_ms)
+    per_item_ms = _per_item("per_item_ms", per_item_ms, overhead_ms)
     seed = arguments.count("seed", seed, "seed", minimum=0)
     one_at_a_time = 1000.0 / (overhead_ms + per_item_ms)
-    ceiling = 1000.0 / per_item_ms
+    largest = 2**9  # the largest max batch offered
+    ceiling = 1000.0 * largest / (overhead_ms + largest * per_item_ms)
 
     def show(arrival_rate_per_s, max_batch_size, max_wait_ms):
         print(serving_report(arrival_rate_per_s, max_batch_size, max_wait_ms, overhead_ms, per_item_ms, seed))

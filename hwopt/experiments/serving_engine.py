@@ -271,7 +271,7 @@ class ChunkedPrefill:
     configs: tuple[tuple[int, int], ...]  # (batch_size, ubatch_size) tokens
     long_prompt_tokens: int
     runs: tuple[loadgen.LoadResult, ...]
-    predicted_gap_ms: tuple[float, ...]  # lesson 8's simulate_chunked_prefill, additive costs
+    predicted_gap_ms: tuple[float, ...]  # lesson 8's simulate_chunked_prefill on the mixed-step roofline
 
     def worst_gap_ms(self, i: int) -> float:
         """The longest gap between two tokens of a decoding stream in run i (ms)."""
@@ -328,7 +328,7 @@ class ChunkedPrefill:
             [self.predicted_gap_ms[i] for i in same],
             "--",
             color=plots.color(1),
-            label="lesson 8's model (additive)",
+            label="lesson 8's model (mixed step)",
         )
         for i, (b, ub) in enumerate(self.configs):
             if b != ub:
@@ -345,8 +345,9 @@ def chunked_prefill(
     precision: str = DEFAULT_PRECISION,
 ) -> ChunkedPrefill:
     """streams decode while a long prompt arrives 0.1 s later; one server per (batch, micro-batch) config.
-    costs: (step overhead, per decoding sequence, per prompt token) in ms for lesson 8's simulation (default:
-    fitted from the first run's decode steps and its long prompt)."""
+    costs: (weight read per step, compute per token, KV read per decoding sequence) in ms for lesson 8's
+    mixed-step simulation (default: the first run's median decode step as the weight read, and the long
+    prompt's TTFT per token as the compute per token)."""
     arguments.instance("configs", configs, (list, tuple))
     if not configs:
         raise ValueError("configs must hold at least one (batch_size, ubatch_size) pair")
@@ -384,8 +385,8 @@ def chunked_prefill(
             if configs[-1][0] >= long_prompt_tokens
             else runs[0].ok[-1].ttft_s * 1000 / long_prompt_tokens
         )
-        costs = (0.0, decode_ms / streams, per_token)
-    overhead, per_seq, per_token = costs
+        costs = (decode_ms, per_token, 0.0)
+    weight_read_ms, token_compute_ms, kv_read_per_seq_ms = costs
     predicted = []
     for b, _ in configs:
         sim = serving.simulate_chunked_prefill(
@@ -393,10 +394,10 @@ def chunked_prefill(
             [8] * streams + [long_prompt_tokens],
             [max_tokens] * (streams + 1),
             streams + 1,
-            overhead,
-            per_seq,
-            per_token,
+            weight_read_ms,
+            token_compute_ms,
             chunk_tokens=b,
+            kv_read_per_seq_ms=kv_read_per_seq_ms,
         )
         predicted.append(sim.percentile("tpot", 100))
     return ChunkedPrefill(configs, long_prompt_tokens, tuple(runs), tuple(predicted))

@@ -59,7 +59,8 @@ def test_all_requests_served_and_latency_at_least_service_time():
     ({"max_batch_size": 2.5}, "max_batch_size"),
     ({"max_wait_ms": -1}, "max_wait_ms"),
     ({"overhead_ms": -0.1}, "overhead_ms"),
-    ({"per_item_ms": 0}, "per_item_ms"),
+    ({"per_item_ms": -0.1}, "per_item_ms"),
+    ({"per_item_ms": 0, "overhead_ms": 0}, "per_item_ms"),
     ({"n_requests": 0}, "n_requests"),
 ])
 def test_simulation_rejects_bad_input(kwargs, word):
@@ -68,6 +69,13 @@ def test_simulation_rejects_bad_input(kwargs, word):
     args.update(kwargs)
     with pytest.raises(ValueError, match=word):
         sv.simulate_dynamic_batching(**args)
+
+
+def test_a_flat_fitted_line_costs_the_overhead_at_every_batch_size():
+    flat = sv.simulate_dynamic_batching(500, 8, 1.0, 2.0, 0.0, n_requests=200)
+    assert flat.latencies_ms.min() >= 2.0 - 1e-9 and 0 < flat.utilization <= 1.0
+    steps = sv.simulate_generation([3, 1, 4], 2, 1.0, 0.0, continuous=True)
+    assert steps.total_ms == pytest.approx(5.0)  # 5 steps of 1 ms: the flat line's overhead each
 
 
 def test_serving_report_compares_with_one_at_a_time():

@@ -59,7 +59,7 @@ def test_serving_explorer_reports_both_policies(shown, capsys):
     box.controls["arrival_rate_per_s"].value = 100.0
     assert "p99" in capsys.readouterr().out
     with pytest.raises(ValueError, match="per_item_ms"):
-        serving.serving_explorer(1.0, 0.0)
+        serving.serving_explorer(0.0, 0.0)  # batches that cost nothing
 
 
 def test_serving_explorer_starts_within_its_slider_when_items_cost_more_than_the_overhead(shown):
@@ -82,7 +82,7 @@ def test_paging_explorer_recounts_the_sequences_on_every_control(shown, capsys):
 
 def test_chunked_prefill_explorer_reruns_both_schedules(shown, capsys):
     requests = serving.mixed_requests(100, 20.0, 16, 1000, 0.2, 16.0, seed=0)
-    box = serving.chunked_prefill_explorer(1.0, 0.2, 0.05, requests, max_batch_size=8)
+    box = serving.chunked_prefill_explorer(1.0, 0.05, requests, max_batch_size=8, kv_read_per_seq_ms=0.2)
     box.controls["chunk_tokens"].value = 32
     text = capsys.readouterr().out
     assert "whole prompts" in text and "chunks of 32 tokens" in text and len(shown) == 2

@@ -8,6 +8,4 @@ c.CourseDirectory.course_id = "hwopt"
 # submissions unreadable to the others by their files' permissions; its timestamps are in UTC.
 c.Exchange.root = "/srv/nbgrader/exchange"
 c.Exchange.timezone = "UTC"
-# Collect only what each student made, when they made it: not a classmate's folder in their name, not a time
-# they wrote themselves, not what a link points to (hwopt.course.grading.exchange).
-c.ExchangeFactory.collect = "hwopt.course.grading.exchange.ExchangeCollect"
+# The exchange's collect is the course's (nbgrader_config.py in the course folder: ExchangeCollect).

@@ -7,14 +7,16 @@ by the instructor, only warns when a folder is owned by someone other than the s
 time it claims, and copies what links point to with the instructor's rights (a link to the instructor's
 grader secret arrives in the student's submission, where their notebook reads it while it is graded and
 prints it into the feedback). ExchangeCollect collects:
-- only folders owned by the student they name (a classmate's forgery is left where it is, with a warning);
+- only folders owned by the student they name (a classmate's forgery is left where it is, with a warning),
+  where the student is an account of this machine (a hub); on an exchange that one account writes for all
+  (one user's folders, tests), ownership cannot tell students apart and is not checked;
 - only regular files and folders owned by that student (links, pipes, devices and other accounts' files, hard
   links to them included, are left out, each named in a warning), read without following any link;
 - with the time the submission claims, unless its files were changed later than that plus grace_s: then the
   time of the last change, which the kernel keeps (ctime) and no student can set back;
 - with a submission_secret.txt (nbgrader's submit writes one; its feedback is named after it): a folder made
   without it gets a new one, since release_feedback stops for the whole class at the first one missing.
-deploy/hub/everyone/nbgrader_config.py makes it the exchange's collect.
+The repository's nbgrader_config.py makes it the exchange's collect.
 """
 
 from __future__ import annotations
@@ -88,6 +90,18 @@ class ExchangeCollect(DefaultExchangeCollect):
                     "(the clocks of the student's server and the exchange's file system may differ)").tag(
                         config=True)
 
+    @staticmethod
+    def _is_account(username: str) -> bool:
+        try:
+            pwd.getpwnam(username)
+            return True
+        except KeyError:
+            return False
+
+    def _owned(self, record) -> bool:
+        """The folder is the named student's: owned by their account (True where they have none here)."""
+        return not self._is_account(record["username"]) or self._owner(record) == record["username"]
+
     def _owner(self, record) -> str | None:
         try:
             info = os.lstat(os.path.join(self.inbound_path, record["filename"]))
@@ -97,18 +111,18 @@ class ExchangeCollect(DefaultExchangeCollect):
 
     def _sort_by_timestamp(self, records):
         # init_src takes the first: the student's own folders first, newest first
-        return sorted(records, key=lambda r: (self._owner(r) == r["username"], r["timestamp"]), reverse=True)
+        return sorted(records, key=lambda r: (self._owned(r), r["timestamp"]), reverse=True)
 
     def _path_to_record(self, path):
         record = super()._path_to_record(path)
-        if self._owner(record) != record["username"]:
+        if not self._owned(record):
             self.log.warning("Not collected: %s names %s but is owned by %s", record["filename"],
                              record["username"], self._owner(record))
         return record
 
     def init_src(self):
         super().init_src()
-        self.src_records = [r for r in self.src_records if self._owner(r) == r["username"]]
+        self.src_records = [r for r in self.src_records if self._owned(r)]
 
     def do_copy(self, src, dest, log=None):
         with tempfile.TemporaryDirectory(prefix="hwopt-collect-") as staging:

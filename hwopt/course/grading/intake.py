@@ -24,7 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 SHOWN_PROBLEMS = 3  # a refusal names this many entries, then counts the rest
-KEPT_IN_FEEDBACK = ("timestamp.txt",)  # besides the pages: nbgrader's release_feedback reads it
+# besides the pages: nbgrader's release_feedback reads both (and names the feedback after the secret)
+KEPT_IN_FEEDBACK = ("timestamp.txt", "submission_secret.txt")
 
 
 class UnsafeSubmission(BaseException):

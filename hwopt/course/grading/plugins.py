@@ -9,7 +9,6 @@
   their parts score 0 with that reason.
 - FeedbackExporter writes nbgrader's feedback page with its templates compiled once per grading process.
 - LmsFileNameCollector maps LMS file names ("Copy of quiz (1).ipynb") to the released notebook names.
-- NoFollowCollect is the exchange's collect, copying a submission without following links (grading.intake).
 """
 
 from __future__ import annotations
@@ -30,13 +29,11 @@ from nbformat import NotebookNode
 from nbformat.v4 import new_code_cell, new_output
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.coursedir import CourseDirectory
-from nbgrader.exchange.default.collect import ExchangeCollect
 from nbgrader.plugins import FileNameCollectorPlugin
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
-from nbgrader.utils import ignore_patterns
 from traitlets import Integer
 
-from hwopt.course.grading import collect, intake, judge, kernel, settings
+from hwopt.course.grading import collect, judge, kernel, settings
 from hwopt.course.grading.notebooks import normalise_notebook_name, normalise_source, strip_hidden_tests
 from hwopt.course.grading.outputs import SHOWN, OutputCaps, capped_note, mark_shown
 from hwopt.course.grading.reference import Reference, grade_id
@@ -383,18 +380,3 @@ class LmsFileNameCollector(FileNameCollectorPlugin):
             return None
         return {**info, "file_id": name}
 
-
-class NoFollowCollect(ExchangeCollect):
-    """The exchange's collect, copying each submission without following links (grading.intake.copy_tree): a
-    link in the inbound folder arrives in submitted/ as a link, which grading refuses, never as a copy of what
-    it points to (a file of the instructor's that the student could not read)."""
-
-    def do_copy(self, src, dest, log=None):
-        size = self.get_size(src)
-        if size > 1000 * self.coursedir.max_dir_size:
-            self.log.error("Directory size is too big")
-            raise RuntimeError(f"Directory size is too big. Size is {size}, maximum size is "
-                               f"{1000 * self.coursedir.max_dir_size}")
-        ignore = ignore_patterns(exclude=self.coursedir.ignore, include=self.coursedir.include,
-                                 max_file_size=self.coursedir.max_file_size, log=self.log)
-        intake.copy_tree(src, dest, ignore=ignore, log=self.log, group_shared=self.coursedir.groupshared)

@@ -56,7 +56,7 @@ hub-deps: env          ## install configurable-http-proxy (npm) into .venv when 
 	  npm install --global --silent --prefix $(VENV) configurable-http-proxy@$(CHP_VERSION); }
 
 # The serving engine (lesson 11): llama.cpp's llama-server built from source with CMake and the C++ compiler,
-# once, cached in ~/.cache/hwopt/llama.cpp (hwopt/kernels/llama_build.py; about 11 CPU-minutes).
+# once, cached in ~/.cache/hwopt/llama.cpp (hwopt/kernels/llama_build.py; about 4 minutes on 2 cores).
 engine-deps:           ## install CMake and g++ via apt when missing
 	@{ command -v cmake >/dev/null && command -v c++ >/dev/null; } || ! command -v apt-get >/dev/null || { \
 	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \

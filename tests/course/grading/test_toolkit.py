@@ -53,7 +53,19 @@ def test_only_seen_files_are_copied(view):
     assert all(toolkit.seen(name) or (view / name).read_text().startswith('"""Not available while grading')
                for name in copied)
     assert "Not available" in (view / "roofline.py").read_text()
-    assert not [p for p in view.rglob("*") if p.suffix in (".c", ".so", ".pt", ".gguf")]  # no kernel, weights
+    assert not [p for p in view.rglob("*") if p.suffix in (".c", ".so", ".pt", ".gguf", ".onnx")]  # no kernel
+    weights = {p.relative_to(view).as_posix() for p in view.rglob("*.safetensors")}
+    assert weights == {"models/weights/target/model.safetensors", "models/weights/draft/model.safetensors"}
+
+
+def test_a_grading_kernel_runs_the_courses_trained_model(view):
+    done = kernel_imports(view, "import torch\n"
+                                "from hwopt.models import checkpoint, tokenizer\n"
+                                "target = checkpoint.load('target')\n"
+                                "ids = tokenizer.load(checkpoint.WEIGHTS_DIR / 'tokenizer.json').encode('def main():').ids\n"
+                                "print(target(torch.tensor([ids])).shape[-1])\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["4096"]
 
 
 def test_the_view_is_built_once_per_toolkit_version_in_the_course_cache(tmp_path, monkeypatch):

@@ -4,8 +4,9 @@ Assignments practise what the toolkit computes for the lessons (cost models, sim
 roofline), so a grading kernel must not find those answers in it under any name, however wrapped. Each
 grading kernel sees, at the toolkit's path, a copy (built once per grading process) holding only the files of
 SEEN: the chip and model tables, the number formats, the course's trained model (its architecture, weights,
-tokenizer, text and perplexity), the quiz's bank reader, the visible tests' helper and the kernel launcher. Every other module is a stub that imports but holds nothing: taking anything from it raises
-AttributeError saying that it is not available while grading. The lessons, the reference solutions and the
+tokenizer, text and perplexity), the quiz's bank reader, the visible tests' helper and the kernel launcher.
+Every other module is a stub that imports but holds nothing: taking anything from it raises AttributeError
+saying that it is not available while grading. The lessons, the reference solutions and the
 grader itself use the whole toolkit.
 
 A module joins SEEN only if it computes no graded quantity:
@@ -32,9 +33,10 @@ SEEN = (  # paths in the hwopt package (fnmatch patterns): what a grading kernel
     "machine/__init__.py", "machine/specs.py",  # the chip table
     "cost/__init__.py", "cost/shapes.py",  # the model table
     "machine/bench.py",  # resolve_device, which loading a model calls
-    "models/__init__.py", "models/llama.py", "models/checkpoint.py", "models/tokenizer.py", "models/corpus.py",
-    "models/perplexity.py", "models/weights/*.json", "models/weights/*.txt", "models/weights/*/config.json",
-    "models/weights/*/model.safetensors", "models/weights/*/tokenizer.json",  # the course's trained model
+    "models/__init__.py", "models/llama.py", "models/checkpoint.py", "models/tokenizer.py",
+    "models/corpus.py", "models/perplexity.py", "models/weights/*.json", "models/weights/*.txt",
+    "models/weights/*/config.json", "models/weights/*/model.safetensors",
+    "models/weights/*/tokenizer.json",  # the course's trained model
     "course/__init__.py", "course/exercises.py", "course/quiz.py",
     "course/grading/__init__.py", "course/grading/kernel.py", "course/grading/settings.py",
     "course/grading/collect.py", "course/grading/judge.py",

@@ -62,7 +62,8 @@ def test_a_grading_kernel_runs_the_courses_trained_model(view):
     done = kernel_imports(view, "import torch\n"
                                 "from hwopt.models import checkpoint, tokenizer\n"
                                 "target = checkpoint.load('target')\n"
-                                "ids = tokenizer.load(checkpoint.WEIGHTS_DIR / 'tokenizer.json').encode('def main():').ids\n"
+                                "words = tokenizer.load(checkpoint.WEIGHTS_DIR / 'tokenizer.json')\n"
+                                "ids = words.encode('def main():').ids\n"
                                 "print(target(torch.tensor([ids])).shape[-1])\n")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["4096"]

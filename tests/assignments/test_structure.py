@@ -18,6 +18,30 @@ def graded_cells(nb):
     return [c for c in nb.cells if nbg(c).get("grade") and c.cell_type == "code"]
 
 
+def written_cells(nb):
+    """The written answers: markdown cells that people grade in formgrader."""
+    return [c for c in nb.cells if nbg(c).get("grade") and c.cell_type == "markdown"]
+
+
+RUBRIC_LINE = re.compile(r"^- (\d+(?:\.\d+)?) points?: \S", re.M)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_written_answers_are_graded_by_people_on_a_rubric(assignment):
+    """A written answer follows its question (a locked markdown cell); its source holds a model answer and
+    a rubric whose lines ("- 1 point: ...") add up to the cell's points; FULL (automatic points) leaves it
+    out."""
+    nb = load_notebook("source", assignment)
+    for i, cell in enumerate(nb.cells):
+        if cell not in written_cells(nb):
+            continue
+        meta, before = nbg(cell), nb.cells[i - 1]
+        assert meta.get("solution") and not meta.get("locked") and meta.get("points", 0) > 0, meta
+        assert before.cell_type == "markdown" and nbg(before).get("locked"), f"{meta['grade_id']}: question"
+        assert cell.source.startswith("**Model answer.**") and "**Rubric" in cell.source, meta["grade_id"]
+        assert sum(float(p) for p in RUBRIC_LINE.findall(cell.source)) == meta["points"], meta["grade_id"]
+
+
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_setup_cell_comes_first_and_is_locked(assignment):
     for kind in ("source", "release"):
@@ -48,8 +72,9 @@ def test_release_has_no_solutions_and_no_hidden_tests(assignment):
     source, release = load_notebook("source", assignment), load_notebook("release", assignment)
     text = nbformat.writes(release)
     assert HIDDEN_BEGIN not in text and "BEGIN SOLUTION" not in text
-    solutions = [c for c in release.cells if nbg(c).get("solution")]
+    solutions = [c for c in release.cells if nbg(c).get("solution") and c.cell_type == "code"]
     assert solutions and all("raise NotImplementedError()" in c.source for c in solutions)
+    assert all(c.source == "YOUR ANSWER HERE" for c in written_cells(release))
     for mine, theirs in zip(graded_cells(source), graded_cells(release), strict=True):
         assert theirs.source == strip_hidden_tests(mine.source)
 

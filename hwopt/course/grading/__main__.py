@@ -43,7 +43,8 @@ def _grade(args) -> int:
 
 def _demo(args) -> int:
     figures = demo.demo(args.course.resolve(), args.students, args.timeout, workers=args.workers,
-                        db_url=args.db_url)
+                        db_url=args.db_url, targets_only=args.targets_only,
+                        assignments=args.assignments or course.ASSIGNMENTS)
     return 1 if figures["unexpected"] else 0
 
 
@@ -100,6 +101,10 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--course", type=Path, default=demo.DEMO_COURSE, help="the scratch course folder "
                    "(emptied first; default artifacts/grading-demo/)")
     d.add_argument("--students", type=int, default=None, help="class size (cycles through the samples)")
+    d.add_argument("--assignments", nargs="+", default=None, choices=course.ASSIGNMENTS, metavar="NAME",
+                   help="grade only these assignments (default: every one)")
+    d.add_argument("--targets-only", action="store_true",
+                   help="each sample submits only the assignments it is about (samples.TARGETS)")
     d.set_defaults(run=_demo)
     for p in (g, d):
         p.add_argument("--timeout", type=int, default=None,

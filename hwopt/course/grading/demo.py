@@ -28,13 +28,17 @@ def cpu_seconds() -> float:
 
 def demo(folder: Path = DEMO_COURSE, n_students: int | None = None, timeout_s: int | None = None,
          targets_only: bool = False, log=print, workers: int | None = None, db_url: str | None = None,
-         students: dict[str, str] | None = None) -> dict:
+         students: dict[str, str] | None = None, assignments=course.ASSIGNMENTS) -> dict:
     """Grade the sample students (or a class of n_students cycling through them, or `students`: id -> sample
-    name); return timing figures and the rows.
+    name) on `assignments`; return timing figures and the rows.
 
-    Every student submits every assignment unless targets_only (each sample only what it is about). The
-    folder is emptied first.
+    Every student submits every one of `assignments` unless targets_only (each sample only what it is about).
+    The folder is emptied first.
     """
+    unknown = sorted(set(assignments) - set(course.ASSIGNMENTS))
+    if unknown or not assignments:
+        raise ValueError(f"assignments must be some of {', '.join(course.ASSIGNMENTS)}; "
+                         f"got {unknown or 'none'}")
     if students is None:
         students = samples.class_of(n_students) if n_students else {name: name for name in samples.STUDENTS}
     unknown = sorted(set(students.values()) - set(samples.STUDENTS))
@@ -44,22 +48,23 @@ def demo(folder: Path = DEMO_COURSE, n_students: int | None = None, timeout_s: i
     if demo_secret:  # for this run only: a real class graded later in this process uses the real secret
         os.environ[settings.SECRET.name] = DEMO_SECRET
     try:
-        return _demo(folder, students, timeout_s, targets_only, log, workers, db_url)
+        return _demo(folder, students, timeout_s, targets_only, log, workers, db_url, tuple(assignments))
     finally:
         if demo_secret:
             os.environ.pop(settings.SECRET.name, None)
 
 
 def _demo(folder: Path, students: dict[str, str], timeout_s: int | None, targets_only: bool, log,
-          workers: int | None, db_url: str | None) -> dict:
+          workers: int | None, db_url: str | None, assignments: tuple[str, ...]) -> dict:
     if folder.exists():
         shutil.rmtree(folder)
     course.prepare_course(folder)
     api = course.make_api(folder, timeout_s, db_url)
-    course.release(api, folder, course.ASSIGNMENTS)
-    written = samples.write_submissions(folder / "submitted", students, targets_only)
+    course.release(api, folder, assignments)
+    written = samples.write_submissions(folder / "submitted", students, targets_only, assignments=assignments)
     start, cpu_start = time.perf_counter(), cpu_seconds()
-    rows = grade.grade_class(folder, timeout_s=timeout_s, log=log, workers=workers, db_url=db_url)
+    rows = grade.grade_class(folder, assignments, timeout_s=timeout_s, log=log, workers=workers,
+                             db_url=db_url)
     seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
     n = max(1, len(written))
     figures = {"students": len({r.student for r in rows}), "notebooks_submitted": len(written), "rows": rows,

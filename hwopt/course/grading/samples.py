@@ -929,15 +929,15 @@ def submission(student: str, assignment: str, root: Path = course.ROOT, student_
 
 
 def write_submissions(submitted: Path, students: dict[str, str] | None = None, targets_only: bool = False,
-                      root: Path = course.ROOT) -> list[tuple[str, str]]:
+                      root: Path = course.ROOT, assignments=course.ASSIGNMENTS) -> list[tuple[str, str]]:
     """Write submitted/<student>/<assignment>/<notebook>.ipynb; students maps id -> sample name.
 
-    targets_only: each sample submits only the assignments it is about (TARGETS), else all of them.
+    targets_only: each sample submits only the assignments it is about (TARGETS), else all of `assignments`.
     """
     students = students or {name: name for name in STUDENTS}
     written = []
     for student_id, sample in students.items():
-        for assignment in TARGETS[sample] if targets_only else course.ASSIGNMENTS:
+        for assignment in (a for a in assignments if not targets_only or a in TARGETS[sample]):
             content = submission(sample, assignment, root, student_id)
             folder = Path(submitted) / student_id / assignment
             folder.mkdir(parents=True, exist_ok=True)

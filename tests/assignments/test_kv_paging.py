@@ -105,7 +105,7 @@ def test_the_bytes_are_the_toolkits(reference, name):
     model, h100 = ns["model"](name), ns["chip"]("NVIDIA H100 SXM")
     shape = footprint.get_shape(name)
     assert ns["kv_bytes"](model, 100, 16, 2)["per_token"] == phases.kv_bytes_per_token(shape, "fp16")
-    step = ns["decode_bound"](model, h100, 8, 1000, 2, 2)
+    step = ns["decode_step_bound"](model, h100, 8, 1000, 2, 2)
     read = moe.weight_bytes_read(shape, 8, "fp16") + footprint.kv_cache_bytes(shape, 8, 1000, "fp16")
     bandwidth_gbs = specs.get_chip("NVIDIA H100 SXM").bandwidth_gbs
     assert step["step_ms"] == pytest.approx(read / (bandwidth_gbs * 1e9) * 1e3)

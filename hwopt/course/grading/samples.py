@@ -773,7 +773,7 @@ from hwopt.cost import footprint as _footprint
 from hwopt.cost import moe as _moe
 
 
-def decode_bound(model, chip, batch_size, context_len, weight_bytes, kv_bytes_per_value):
+def decode_step_bound(model, chip, batch_size, context_len, weight_bytes, kv_bytes_per_value):
     shape = _footprint.get_shape(model["name"])
     weights = _moe.weight_bytes_read(shape, batch_size, "fp32") / 4 * weight_bytes
     caches = _footprint.kv_cache_bytes(shape, batch_size, context_len, "fp32") / 4 * kv_bytes_per_value

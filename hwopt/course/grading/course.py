@@ -32,6 +32,7 @@ ASSIGNMENTS = (  # in the order a class is graded
     "serving_queue",  # assignment 10: p99 with queueing under dynamic batching
     "beyond_one_chip",  # assignment 11: TP degree, decode bound with all-reduces, MoE bytes (lesson 12)
     "continuous_batching",  # a scheduler step, a trace's TTFT/TPOT/goodput, the best policy (lessons 8, 11)
+    "kv_paging",  # a paged KV block allocator with prefix sharing; KV bytes and the decode bound (lesson 8)
 )
 
 

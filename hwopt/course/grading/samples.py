@@ -142,6 +142,9 @@ def v_wrong(a, release, good):
                     "bytes_per_value / tp / 1e9")
     if a == "continuous_batching":  # prompt chunks scheduled before the decodes, which get what is left
         return edit(good, "step", CONTINUOUS_BATCHING_DECODES_FIRST, CONTINUOUS_BATCHING_PREFILLS_FIRST)
+    if a == "kv_paging":  # a finished sequence's blocks go back to the pool at once, shared or not
+        return edit(good, "replay", "        for block in tables.pop(seq):\n            release(block)",
+                    "        free.extend(tables.pop(seq))")
     return good
 
 
@@ -201,6 +204,14 @@ def v_continuous_batching_slip(a, release, good):
                 if seq["prompt_left"] == 0:
                     made[i] += 1
 """)
+    return good
+
+
+def v_kv_paging_slip(a, release, good):
+    if a == "kv_paging":  # no copy-on-write: a sequence writes into the partly filled block it shares
+        edit(good, "replay", "return lengths[seq] % block_size == 0 or refs[tables[seq][-1]] > 1",
+             "return lengths[seq] % block_size == 0")
+        return edit(good, "replay", "elif refs[table[-1]] > 1:", "elif False:")
     return good
 
 
@@ -786,12 +797,37 @@ def moe_weights_read_gb(n_experts, experts_per_token, batch_size, expert_gb, sha
     return shared_gb + _moe.expected_distinct_experts(n_experts, experts_per_token, batch_size) * expert_gb
 """,
 }
+KV_PAGING_ADAPTER = {  # the cache's bytes through the toolkit's footprint and paging, its bytes rescaled
+    "kv": """\
+from hwopt.cost import footprint as _footprint
+from hwopt.cost import paging as _paging
+
+
+def kv_bytes(model, context_len, block_size, bytes_per_value):
+    shape = _footprint.get_shape(model["name"])
+    held = int(_paging.held_tokens([context_len], "paged", context_len, block_size)[0])
+    return {"per_token": _footprint.kv_cache_bytes(shape, 1, 1, "fp32") / 4 * bytes_per_value,
+            "per_sequence": _footprint.kv_cache_bytes(shape, 1, held, "fp32") / 4 * bytes_per_value}
+""",
+    "decode": """\
+from hwopt.cost import footprint as _footprint
+from hwopt.cost import moe as _moe
+
+
+def decode_step_bound(model, chip, batch_size, context_len, weight_bytes, kv_bytes_per_value):
+    shape = _footprint.get_shape(model["name"])
+    weights = _moe.weight_bytes_read(shape, batch_size, "fp32") / 4 * weight_bytes
+    caches = _footprint.kv_cache_bytes(shape, batch_size, context_len, "fp32") / 4 * kv_bytes_per_value
+    step_s = (weights + caches) / (chip["bandwidth_gbs"] * 1e9)
+    return {"step_ms": step_s * 1e3, "tokens_per_s": batch_size / step_s}
+""",
+}
 # Every assignment but the quiz, profiling and continuous_batching, where no glue around the toolkit earns a
 # point (tests/course/grading/test_samples.py measures what each adapter would score with the whole toolkit).
 ADAPTERS = {"roofline": ROOFLINE_ADAPTER, "memory_kv": MEMORY_KV_ADAPTER, "batching": BATCHING_ADAPTER,
             "latency_budget": LATENCY_BUDGET_ADAPTER, "bandwidth_precision": BANDWIDTH_PRECISION_ADAPTER,
             "fusion": FUSION_ADAPTER, "quantize": QUANTIZE_ADAPTER, "serving_queue": SERVING_QUEUE_ADAPTER,
-            "beyond_one_chip": BEYOND_ONE_CHIP_ADAPTER}
+            "beyond_one_chip": BEYOND_ONE_CHIP_ADAPTER, "kv_paging": KV_PAGING_ADAPTER}
 
 
 def v_adapter(a, release, good):  # no solution of its own: toolkit calls, arguments renamed and regrouped
@@ -862,6 +898,7 @@ STUDENTS: dict[str, Variant] = {
     "serving_queue_slip": v_serving_queue_slip,
     "beyond_one_chip_slip": v_beyond_one_chip_slip,
     "continuous_batching_slip": v_continuous_batching_slip,
+    "kv_paging_slip": v_kv_paging_slip,
 }
 ATTACKS_WITHOUT_WORK = ("transformer", "equals_anything", "toolkit", "read_source")
 ATTACKS_WITH_WORK = ("write_files", "signal", "flood")  # signal_next: graded right after signal
@@ -885,7 +922,8 @@ FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "qu
         "memory_kv": 10.0,
         "serving_queue": 11.0,
         "beyond_one_chip": 10.0,
-        "continuous_batching": 14.0}
+        "continuous_batching": 14.0,
+        "kv_paging": 13.0}
 # (student, assignment) -> (score, status) the grader must give.
 EXPECTED = {
     **{("correct", a): (FULL[a], "ok") for a in ALL},
@@ -965,6 +1003,12 @@ EXPECTED = {
     # the first token counted at a chunked prompt's first chunk: TTFT too early and TPOT too long, so loses
     # the requests served alone (2), the loaded traces (3) and the best policy (3)
     ("continuous_batching_slip", "continuous_batching"): (6.0, "ok"),
+    # kv_paging (13): blocks back to the pool when any holder frees keeps allocation alone (2) and the bytes
+    # (2 + 2); loses sharing (2), copy-on-write (2: its example frees a parent) and eviction (3)
+    ("wrong", "kv_paging"): (6.0, "ok"),
+    # no copy-on-write keeps allocation and sharing (forks there end on full blocks) and the bytes; loses
+    # copy-on-write (2) and eviction (3: an eviction can make a copy unneeded, and its traces fork anywhere)
+    ("kv_paging_slip", "kv_paging"): (8.0, "ok"),
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import inspect
 import json
 import tempfile
 from collections.abc import Callable
@@ -102,15 +103,15 @@ _RUNNERS = {"pipeline_slow": _pipeline_slow, "pipeline_fixed": _pipeline_fixed, 
 
 # ---- recording and trimming ----------------------------------------------------------------------------
 
-def record(workload: str, repeats: int = 5, **sizes) -> dict:
-    """Run one workload (a key of WORKLOADS) under torch.profiler (CPU, one torch thread) -> the Chrome trace
-    as prof.export_chrome_trace writes it (a dict).
+def record(workload: str, sizes: dict, repeats: int = 5) -> dict:
+    """Run one workload (a key of WORKLOADS, its sizes as in RECORDINGS) under torch.profiler (CPU, one torch
+    thread) -> the Chrome trace as prof.export_chrome_trace writes it (a dict).
 
     The workload's steps run once unprofiled; then its first step is the profiler's warm-up step (left out of
     the trace, as first iterations are slow) and the others are recorded, each a ProfilerStep. Of `repeats`
     recordings the one with the shortest span is kept: the run least disturbed by other processes.
     """
-    arguments.one_of("workload", workload, WORKLOADS)
+    sizes = _check_sizes(workload, sizes)
     repeats = arguments.count("repeats", repeats, "repeats")
     recorded = []
     with bench.threads(1):
@@ -133,6 +134,17 @@ def _span_ns(trace: dict) -> int:
     return max(end for _, end in ends) - min(start for start, _ in ends)
 
 
+def _check_sizes(workload: str, sizes: dict) -> dict:
+    """The sizes a workload's runner takes, each a whole number (>= 1; a seed >= 0)."""
+    arguments.one_of("workload", workload, WORKLOADS)
+    arguments.instance("sizes", sizes, dict)
+    expected = list(inspect.signature(_RUNNERS[workload]).parameters)
+    if sorted(sizes) != sorted(expected):
+        raise ValueError(f"sizes must give exactly {expected} for {workload}; got {sorted(sizes)}")
+    return {name: arguments.count(f"sizes[{name!r}]", value, "seed" if name == "seed" else "dimension",
+                                  minimum=0 if name == "seed" else 1) for name, value in sizes.items()}
+
+
 def _run(steps, prof) -> None:
     for step in steps:
         step()
@@ -144,12 +156,32 @@ def _ns(us) -> int:
     return round(float(us) * 1000)
 
 
+def _check_events(name: str, events) -> list[dict]:
+    """Chrome trace events: dicts with a "ph"; pid and tid whole numbers >= 0 or names; a complete event
+    ("ph": "X") with a finite ts and a finite dur >= 0 (µs)."""
+    arguments.instance(name, events, list)
+    for i, e in enumerate(events):
+        arguments.instance(f"{name}[{i}]", e, dict)
+        arguments.text(f"{name}[{i}]['ph']", e.get("ph"))
+        for key in ("pid", "tid"):
+            if not isinstance(e.get(key), str):
+                arguments.count(f"{name}[{i}][{key!r}]", e.get(key), "seed", minimum=0)
+        if e["ph"] == "X":
+            arguments.number(f"{name}[{i}]['ts']", e.get("ts"))
+            arguments.positive(f"{name}[{i}]['dur']", e.get("dur"), allow_zero=True)
+    return events
+
+
 def trim(trace: dict, recorded: dict | None = None) -> dict:
     """A Chrome trace cut to what the assignment reads: complete events of KEPT_CATEGORIES (KEPT_KEYS only)
     and thread names, times from 0 in µs with nanosecond digits; `recorded` (its provenance) kept beside."""
     arguments.instance("trace", trace, dict)
     if not isinstance(trace.get("traceEvents"), list):
         raise ValueError("trace must be a Chrome trace: a dict with a list of traceEvents")
+    if recorded is not None:
+        arguments.instance("recorded", recorded, dict)
+    timed = [e for e in trace["traceEvents"] if isinstance(e, dict) and e.get("ph") in ("X", "M")]
+    _check_events("trace", timed)
     complete = [e for e in trace["traceEvents"]
                 if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in KEPT_CATEGORIES]
     if not complete:
@@ -168,6 +200,8 @@ def trim(trace: dict, recorded: dict | None = None) -> dict:
 
 def provenance(name: str, workload: str, sizes: dict) -> dict:
     """What a shipped trace says about itself: the workload and sizes, the command, machine, torch, date."""
+    arguments.text("name", name)
+    sizes = _check_sizes(workload, sizes)
     cpu = hardware.cpu_info()
     return {"name": name, "workload": workload, "about": WORKLOADS[workload], "sizes": sizes,
             "command": COMMAND, "cpu": cpu.get("cpu_model") or "unknown", "torch_threads": 1,
@@ -181,11 +215,12 @@ def write_traces(folder: str | Path = TRACES_DIR, names: list[str] | None = None
     names = list(RECORDINGS) if names is None else arguments.instance("names", names, list)
     for name in names:
         arguments.one_of("names item", name, RECORDINGS)
+    progress = arguments.boolean("progress", progress)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for name in tqdm(names, desc="recording traces", unit="trace", disable=not progress):
         workload, sizes = RECORDINGS[name]
-        trimmed = trim(record(workload, **sizes), provenance(name, workload, sizes))
+        trimmed = trim(record(workload, sizes), provenance(name, workload, sizes))
         path = folder / f"{name}.json"
         path.write_text(json.dumps(trimmed, separators=(",", ":")) + "\n")
         paths.append(path)
@@ -211,13 +246,15 @@ def variant(events: list[dict], *, shift_us: float = 0.0, scale: float = 1.0, dr
     """The same trace seen differently, nesting kept: times shifted by shift_us and stretched by scale (in
     whole nanoseconds: an event's start and end are mapped, so what nested still nests), every drop_every-th
     operator left out (0: none), the busiest thread renamed tid, events shuffled with order_seed."""
-    arguments.instance("events", events, list)
+    _check_events("events", events)
     arguments.number("shift_us", shift_us)
     scale = arguments.positive("scale", scale, maximum=1e3)
     drop_every = arguments.count("drop_every", drop_every, "items", minimum=0)
     if tid is not None:
-        arguments.count("tid", tid, "items")
-    complete = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
+        arguments.count("tid", tid, "seed")
+    if order_seed is not None:
+        arguments.count("order_seed", order_seed, "seed", minimum=0)
+    complete = [e for e in events if e["ph"] == "X"]
     busiest = max({(e["pid"], e["tid"]) for e in complete},
                   key=lambda t: sum(_ns(e["dur"]) for e in complete if (e["pid"], e["tid"]) == t),
                   default=None)
@@ -236,7 +273,6 @@ def variant(events: list[dict], *, shift_us: float = 0.0, scale: float = 1.0, dr
             e["ts"], e["dur"] = start / 1000, (end - start) / 1000
         out.append(e)
     if order_seed is not None:
-        arguments.count("order_seed", order_seed, "seed", minimum=0)
         np.random.default_rng(order_seed).shuffle(out)
     return out
 

@@ -897,8 +897,8 @@ EXPECTED = {
     ("quantize_slip", "quantize"): (10.0, "ok"),  # no zero point when dequantizing: dequantize, error (1+1)
     # assignment 8 (profiling), 12 points: operators 1 + 2, hotspots 1, categories 1 + 2, gaps 2, Amdahl 1,
     # fix bound 2
-    ("wrong", "profiling"): (7.0, "ok"),  # loader's operators not counted as loading: categories, bound (1+2+2)
-    ("profiling_slip", "profiling"): (9.0, "ok"),  # the fraction inverted loses Amdahl and the fix bound (1+2)
+    ("wrong", "profiling"): (7.0, "ok"),  # the loader's operators not loading: categories, fix bound (1+2+2)
+    ("profiling_slip", "profiling"): (9.0, "ok"),  # the fraction inverted: Amdahl and the fix bound (1+2)
     # memory_kv (10): no headroom loses the largest batch (4: with "nothing fits" and bad input) and the
     # table (2)
     ("wrong", "memory_kv"): (4.0, "ok"),

@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hwopt
-from hwopt import formats, plots, predictions, quantization, recordings, roofline, widgets
+from hwopt import formats, plots, predictions, quantization, recordings, roofline, traces, widgets
 from hwopt.cost import (
     batching,
     communication,
@@ -1382,6 +1382,15 @@ VALID: dict[str, Callable[[], Call]] = {
         "nsys_stats_command": lambda: call(profiling.nsys_stats_command, "report", text="output"),
         "write_pipeline_script": lambda: call(profiling.write_pipeline_script, TMP / "p.py"),
     }),
+    **within("traces", {
+        "ns": lambda: call(traces.ns, 1.5, zero="us", signed="us"),
+        "check_events": lambda: call(traces.check_events, "events", [ONE_EVENT], text="name", zero="events"),
+        "trace_names": lambda: call(traces.trace_names, TMP / "traces"),
+        "load_events": lambda: call(traces.load_events, "pipeline_fixed"),
+        "variant": lambda: call(traces.variant, [ONE_EVENT], shift_us=-3.5, scale=2.0, drop_every=0,
+                                tid=7, order_seed=0, zero="events drop_every order_seed", signed="shift_us",
+                                bounded="scale"),
+    }),
     **within("experiments.profile_traces", {
         "record": lambda: call(profile_traces.record, "pipeline_fixed",
                                {"n_items": 2, "batch_size": 1, "hidden": 4, "seed": 0}, 1),
@@ -1390,11 +1399,6 @@ VALID: dict[str, Callable[[], Call]] = {
         "provenance": lambda: call(profile_traces.provenance, "one", "pipeline_fixed",
                                    {"n_items": 2, "batch_size": 1, "hidden": 4, "seed": 0}, text="name"),
         "write_traces": lambda: call(profile_traces.write_traces, TMP / "traces", ["pipeline_fixed"], False),
-        "trace_names": lambda: call(profile_traces.trace_names, TMP / "traces"),
-        "load_events": lambda: call(profile_traces.load_events, "pipeline_fixed"),
-        "variant": lambda: call(profile_traces.variant, [ONE_EVENT], shift_us=-3.5, scale=2.0, drop_every=0,
-                                tid=7, order_seed=0, zero="events drop_every order_seed", signed="shift_us",
-                                bounded="scale"),
     }),
     **within("experiments.roofline_points", {
         "matmul_sweep": lambda: call(roofline_points.matmul_sweep, (16, 32), "cpu",

@@ -1,5 +1,5 @@
-"""The course's recorded torch.profiler traces (assignment 8): small workloads run under the profiler, their
-Chrome traces trimmed and shipped in hwopt/data/traces, and deterministic variants of them for graded cases.
+"""Recording the course's torch.profiler traces (assignment 8): small workloads run under the profiler, their
+Chrome traces trimmed and shipped in hwopt/data/traces (hwopt.traces reads them and varies them).
 
 `python -m hwopt.experiments.profile_traces` records every trace of RECORDINGS again (a few seconds) and
 writes hwopt/data/traces/<name>.json. A file is the Chrome trace that `prof.export_chrome_trace` writes,
@@ -18,19 +18,17 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 from torch.utils.data import DataLoader, TensorDataset
 from tqdm.auto import tqdm
 
-from hwopt import arguments
+from hwopt import arguments, traces
 from hwopt.data import DATA_DIR
 from hwopt.experiments import profiling
 from hwopt.machine import bench, hardware
 from hwopt.models import tiny_decoder
 
-TRACES_DIR = DATA_DIR / "traces"
 KEPT_CATEGORIES = ("cpu_op", "user_annotation")  # operators and labelled regions (record_function)
 KEPT_KEYS = ("ph", "cat", "name", "pid", "tid", "ts", "dur")
 COMMAND = "python -m hwopt.experiments.profile_traces"
@@ -129,7 +127,7 @@ def record(workload: str, sizes: dict, repeats: int = 5) -> dict:
 
 
 def _span_ns(trace: dict) -> int:
-    ends = [(_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in trace["traceEvents"]
+    ends = [(traces.ns(e["ts"]), traces.ns(e["ts"]) + traces.ns(e["dur"])) for e in trace["traceEvents"]
             if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in KEPT_CATEGORIES]
     return max(end for _, end in ends) - min(start for start, _ in ends)
 
@@ -152,26 +150,6 @@ def _run(steps, prof) -> None:
             prof.step()
 
 
-def _ns(us) -> int:
-    return round(float(us) * 1000)
-
-
-def _check_events(name: str, events) -> list[dict]:
-    """Chrome trace events: dicts with a "ph"; pid and tid whole numbers >= 0 or names; a complete event
-    ("ph": "X") with a finite ts and a finite dur >= 0 (µs)."""
-    arguments.instance(name, events, list)
-    for i, e in enumerate(events):
-        arguments.instance(f"{name}[{i}]", e, dict)
-        arguments.text(f"{name}[{i}]['ph']", e.get("ph"))
-        for key in ("pid", "tid"):
-            if not isinstance(e.get(key), str):
-                arguments.count(f"{name}[{i}][{key!r}]", e.get(key), "seed", minimum=0)
-        if e["ph"] == "X":
-            arguments.number(f"{name}[{i}]['ts']", e.get("ts"))
-            arguments.positive(f"{name}[{i}]['dur']", e.get("dur"), allow_zero=True)
-    return events
-
-
 def trim(trace: dict, recorded: dict | None = None) -> dict:
     """A Chrome trace cut to what the assignment reads: complete events of KEPT_CATEGORIES (KEPT_KEYS only)
     and thread names, times from 0 in µs with nanosecond digits; `recorded` (its provenance) kept beside."""
@@ -181,20 +159,20 @@ def trim(trace: dict, recorded: dict | None = None) -> dict:
     if recorded is not None:
         arguments.instance("recorded", recorded, dict)
     timed = [e for e in trace["traceEvents"] if isinstance(e, dict) and e.get("ph") in ("X", "M")]
-    _check_events("trace", timed)
+    traces.check_events("trace", timed)
     complete = [e for e in trace["traceEvents"]
                 if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in KEPT_CATEGORIES]
     if not complete:
         raise ValueError("trace must hold complete events ('ph': 'X') of operators or labelled regions")
-    origin_ns = min(_ns(e["ts"]) for e in complete)
+    origin_ns = min(traces.ns(e["ts"]) for e in complete)
     threads = {(e["pid"], e["tid"]) for e in complete}
     events = [{"ph": "M", "name": "thread_name", "pid": e["pid"], "tid": e["tid"], "args": e["args"]}
               for e in trace["traceEvents"] if isinstance(e, dict) and e.get("ph") == "M"
               and e.get("name") == "thread_name" and (e.get("pid"), e.get("tid")) in threads]
     events = list({(e["pid"], e["tid"]): e for e in events}.values())  # torch writes some names twice
-    for e in sorted(complete, key=lambda e: (_ns(e["ts"]), -_ns(e["dur"]))):
-        start_ns = _ns(e["ts"]) - origin_ns
-        events.append({**{k: e[k] for k in KEPT_KEYS}, "ts": start_ns / 1000, "dur": _ns(e["dur"]) / 1000})
+    for e in sorted(complete, key=lambda e: (traces.ns(e["ts"]), -traces.ns(e["dur"]))):
+        start_ns, dur_ns = traces.ns(e["ts"]) - origin_ns, traces.ns(e["dur"])
+        events.append({**{k: e[k] for k in KEPT_KEYS}, "ts": start_ns / 1000, "dur": dur_ns / 1000})
     return {"traceEvents": events, "displayTimeUnit": "ms", "recorded": recorded or {}}
 
 
@@ -208,7 +186,7 @@ def provenance(name: str, workload: str, sizes: dict) -> dict:
             "torch": torch.__version__, "date": datetime.date.today().isoformat()}
 
 
-def write_traces(folder: str | Path = TRACES_DIR, names: list[str] | None = None,
+def write_traces(folder: str | Path = traces.TRACES_DIR, names: list[str] | None = None,
                  progress: bool = True) -> list[Path]:
     """Record the traces of RECORDINGS (all, or those named) and write folder/<name>.json; -> their paths."""
     folder = Path(arguments.instance("folder", folder, (str, Path)))
@@ -225,56 +203,6 @@ def write_traces(folder: str | Path = TRACES_DIR, names: list[str] | None = None
         path.write_text(json.dumps(trimmed, separators=(",", ":")) + "\n")
         paths.append(path)
     return paths
-
-
-# ---- reading the shipped traces, and variants of them ---------------------------------------------------
-
-def trace_names(folder: str | Path = TRACES_DIR) -> list[str]:
-    """The names of the traces shipped in folder (file names without .json), sorted."""
-    folder = Path(arguments.instance("folder", folder, (str, Path)))
-    return sorted(p.stem for p in folder.glob("*.json"))
-
-
-def load_events(name: str, folder: str | Path = TRACES_DIR) -> list[dict]:
-    """The traceEvents of a shipped trace."""
-    arguments.one_of("name", name, trace_names(folder))
-    return json.loads((Path(folder) / f"{name}.json").read_text())["traceEvents"]
-
-
-def variant(events: list[dict], *, shift_us: float = 0.0, scale: float = 1.0, drop_every: int = 0,
-            tid: int | None = None, order_seed: int | None = None) -> list[dict]:
-    """The same trace seen differently, nesting kept: times shifted by shift_us and stretched by scale (in
-    whole nanoseconds: an event's start and end are mapped, so what nested still nests), every drop_every-th
-    operator left out (0: none), the busiest thread renamed tid, events shuffled with order_seed."""
-    _check_events("events", events)
-    arguments.number("shift_us", shift_us)
-    scale = arguments.positive("scale", scale, maximum=1e3)
-    drop_every = arguments.count("drop_every", drop_every, "items", minimum=0)
-    if tid is not None:
-        arguments.count("tid", tid, "seed")
-    if order_seed is not None:
-        arguments.count("order_seed", order_seed, "seed", minimum=0)
-    complete = [e for e in events if e["ph"] == "X"]
-    busiest = max({(e["pid"], e["tid"]) for e in complete},
-                  key=lambda t: sum(_ns(e["dur"]) for e in complete if (e["pid"], e["tid"]) == t),
-                  default=None)
-    shift_ns, out, operators = _ns(shift_us), [], 0
-    for e in events:
-        e = dict(e)
-        if tid is not None and (e.get("pid"), e.get("tid")) == busiest:
-            e["tid"] = tid
-        if e.get("ph") == "X":
-            if e.get("cat") == "cpu_op":
-                operators += 1
-                if drop_every and operators % drop_every == 0:
-                    continue
-            start_ns, end_ns = _ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])
-            start, end = round(start_ns * scale) + shift_ns, round(end_ns * scale) + shift_ns
-            e["ts"], e["dur"] = start / 1000, (end - start) / 1000
-        out.append(e)
-    if order_seed is not None:
-        np.random.default_rng(order_seed).shuffle(out)
-    return out
 
 
 def main() -> None:

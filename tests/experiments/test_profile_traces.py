@@ -5,32 +5,11 @@ import json
 
 import pytest
 
+from hwopt import traces
 from hwopt.experiments import profile_traces
+from tests.support import nesting_problems
 
 SMALL = {"n_items": 4, "batch_size": 2, "hidden": 8, "seed": 0}
-
-
-def spans_by_thread(events):
-    """{(pid, tid): [(start_ns, end_ns), ...]} of the complete events."""
-    threads = {}
-    for e in events:
-        if e["ph"] == "X":
-            start = round(e["ts"] * 1000)
-            threads.setdefault((e["pid"], e["tid"]), []).append((start, start + round(e["dur"] * 1000)))
-    return threads
-
-
-def nesting_problems(events) -> int:
-    """Pairs of events on one thread that overlap without nesting, or share both start and end."""
-    problems = 0
-    for spans in spans_by_thread(events).values():
-        problems += len(spans) - len(set(spans))
-        enclosing = []
-        for start, end in sorted(spans, key=lambda s: (s[0], -s[1])):
-            while enclosing and not (enclosing[-1][0] <= start and end <= enclosing[-1][1]):
-                problems += start < enclosing.pop()[1]
-            enclosing.append((start, end))
-    return problems
 
 
 @pytest.fixture(scope="module")
@@ -77,13 +56,13 @@ def test_write_traces_records_the_named_ones(tmp_path):
     trace = json.loads(paths[0].read_text())
     assert trace["recorded"]["workload"] == "pipeline_fixed"
     assert trace["recorded"]["command"] == profile_traces.COMMAND
-    assert profile_traces.trace_names(tmp_path) == ["pipeline_fixed"]
-    assert profile_traces.load_events("pipeline_fixed", tmp_path) == trace["traceEvents"]
+    assert traces.trace_names(tmp_path) == ["pipeline_fixed"]
+    assert traces.load_events("pipeline_fixed", tmp_path) == trace["traceEvents"]
 
 
 @pytest.mark.parametrize("name", list(profile_traces.RECORDINGS))
 def test_every_recording_is_shipped_small_nested_and_with_its_provenance(name):
-    path = profile_traces.TRACES_DIR / f"{name}.json"
+    path = traces.TRACES_DIR / f"{name}.json"
     trace = json.loads(path.read_text())
     workload, sizes = profile_traces.RECORDINGS[name]
     about = trace["recorded"]
@@ -96,33 +75,8 @@ def test_every_recording_is_shipped_small_nested_and_with_its_provenance(name):
 
 
 def test_the_shipped_traces_are_the_recordings_and_small_in_all():
-    assert profile_traces.trace_names() == sorted(profile_traces.RECORDINGS)
-    assert sum(p.stat().st_size for p in profile_traces.TRACES_DIR.glob("*.json")) < 400_000
-
-
-def test_variant_shifts_stretches_and_keeps_nesting():
-    events = profile_traces.load_events("mlp_train")
-    moved = profile_traces.variant(events, shift_us=-250.125, scale=1.7)
-    before, after = spans_by_thread(events), spans_by_thread(moved)
-    assert list(before) == list(after)
-    for thread, spans in before.items():
-        for (start, end), (new_start, new_end) in zip(spans, after[thread], strict=True):
-            assert new_start == round(start * 1.7) - 250_125 and new_end == round(end * 1.7) - 250_125
-    assert nesting_problems(moved) == 0
-    assert moved != events and events == profile_traces.load_events("mlp_train")  # the input left as it was
-
-
-def test_variant_drops_operators_renames_the_main_thread_and_shuffles():
-    events = profile_traces.load_events("decoder_generate")
-    operators = sum(e.get("cat") == "cpu_op" for e in events)
-    thinned = profile_traces.variant(events, drop_every=4, tid=4242)
-    assert sum(e.get("cat") == "cpu_op" for e in thinned) == operators - operators // 4
-    assert {e["tid"] for e in thinned} == {4242}
-    assert nesting_problems(thinned) == 0
-    shuffled = profile_traces.variant(events, order_seed=3)
-    assert shuffled != events
-    assert sorted(map(json.dumps, shuffled)) == sorted(map(json.dumps, events))
-    assert profile_traces.variant(events, order_seed=3) == shuffled  # deterministic
+    assert traces.trace_names() == sorted(profile_traces.RECORDINGS)
+    assert sum(p.stat().st_size for p in traces.TRACES_DIR.glob("*.json")) < 400_000
 
 
 def test_bad_input_is_refused_naming_the_argument():
@@ -130,7 +84,5 @@ def test_bad_input_is_refused_naming_the_argument():
         profile_traces.record("no such workload", SMALL)
     with pytest.raises(ValueError, match="sizes"):
         profile_traces.record("pipeline_slow", {"n_items": 4})
-    with pytest.raises(ValueError, match="dur"):
-        profile_traces.variant([{"ph": "X", "pid": 1, "tid": 1, "ts": 0.0, "dur": -1.0}])
     with pytest.raises(ValueError, match="names item"):
         profile_traces.write_traces(names=["no such trace"])

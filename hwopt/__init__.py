@@ -4,7 +4,8 @@ modules import each other in a circle).
 
 1. arguments: the one argument checker.
 2. formats (number formats: bits, bytes per weight with block scales, chip-table columns), data/ (the
-   course's data, every row with its source: chips.csv, model_shapes.csv), plots (the one plotting style),
+   course's data, every row with its source: chips.csv, model_shapes.csv, traces/), traces (the recorded
+   profiler traces read, and varied for assignment 8's hidden cases), plots (the one plotting style),
    widgets (the sliders), recordings (headline figures of a recorded run, and other chips' runs read back),
    predictions (the learner's prediction, written before a measurement, set beside it after).
 3. roofline: the pure maths of the roofline (intensity, ridge point, attainable FLOP/s, time bound, the plot);
@@ -29,6 +30,7 @@ modules import each other in a circle).
 8. experiments/ (what the lessons run and report): roofline_points, decode (decode steps by runtime and
    format), decode_speed (a decoder's tokens/s against its bound), precision, fake_quant (any format of
    formats, fp8/mxfp4/nvfp4 emulated), outliers (outlier channels, SmoothQuant, AWQ), fusion, profiling,
+   profile_traces (recording the torch.profiler traces assignment 8 reads),
    prefill_decode (TTFT, decode vs context, KV precision), speculative_decoding (draft and target, greedy
    speculative decoding), attention (naive vs fused vs tiled attention), launch_overhead (per-op overhead,
    CUDA graphs), distributed (groups of worker processes, always stopped), tensor_parallel_block (a
@@ -51,7 +53,7 @@ __version__ = "0.1.0"
 # The layers, first to last: each entry names the top-level modules and subpackages of one layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("arguments",),
-    ("formats", "data", "plots", "widgets", "recordings", "predictions"),
+    ("formats", "data", "traces", "plots", "widgets", "recordings", "predictions"),
     ("roofline", "quantization"),
     ("machine",),
     ("cost",),

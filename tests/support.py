@@ -93,3 +93,28 @@ class ScriptedServer:
     def __exit__(self, *exc):
         self._server.shutdown()
         self._server.server_close()
+
+
+# ---- profiler traces (hwopt.traces, experiments.profile_traces) ----
+
+def spans_by_thread(events):
+    """{(pid, tid): [(start_ns, end_ns), ...]} of the complete events."""
+    threads = {}
+    for e in events:
+        if e["ph"] == "X":
+            start = round(e["ts"] * 1000)
+            threads.setdefault((e["pid"], e["tid"]), []).append((start, start + round(e["dur"] * 1000)))
+    return threads
+
+
+def nesting_problems(events) -> int:
+    """Pairs of events on one thread that overlap without nesting, or share both start and end."""
+    problems = 0
+    for spans in spans_by_thread(events).values():
+        problems += len(spans) - len(set(spans))
+        enclosing = []
+        for start, end in sorted(spans, key=lambda s: (s[0], -s[1])):
+            while enclosing and not (enclosing[-1][0] <= start and end <= enclosing[-1][1]):
+                problems += start < enclosing.pop()[1]
+            enclosing.append((start, end))
+    return problems

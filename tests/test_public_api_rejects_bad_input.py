@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hwopt
-from hwopt import formats, plots, predictions, quantization, recordings, roofline, widgets
+from hwopt import formats, plots, predictions, quantization, recordings, roofline, traces, widgets
 from hwopt.cost import (
     batching,
     communication,
@@ -71,6 +71,7 @@ from hwopt.experiments import (
     pipeline_parallel,
     precision,
     prefill_decode,
+    profile_traces,
     profiling,
     roofline_points,
     serving_engine,
@@ -95,6 +96,7 @@ from hwopt.models import (
     train,
 )
 
+ONE_EVENT = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0.5, "dur": 2.0}
 CALL_LIMIT_S = 2.0  # a bad value must be refused within this time
 VALID_LIMIT_S = 20.0  # the valid call of each function
 EXAMPLES = 4  # hypothesis examples per parameter, beyond the fixed bad values
@@ -1380,6 +1382,24 @@ VALID: dict[str, Callable[[], Call]] = {
         "nsys_stats_command": lambda: call(profiling.nsys_stats_command, "report", text="output"),
         "write_pipeline_script": lambda: call(profiling.write_pipeline_script, TMP / "p.py"),
     }),
+    **within("traces", {
+        "ns": lambda: call(traces.ns, 1.5, zero="us", signed="us"),
+        "check_events": lambda: call(traces.check_events, "events", [ONE_EVENT], text="name", zero="events"),
+        "trace_names": lambda: call(traces.trace_names, TMP / "traces"),
+        "load_events": lambda: call(traces.load_events, "pipeline_fixed"),
+        "variant": lambda: call(traces.variant, [ONE_EVENT], shift_us=-3.5, scale=2.0, drop_every=0,
+                                tid=7, order_seed=0, zero="events drop_every order_seed", signed="shift_us",
+                                bounded="scale"),
+    }),
+    **within("experiments.profile_traces", {
+        "record": lambda: call(profile_traces.record, "pipeline_fixed",
+                               {"n_items": 2, "batch_size": 1, "hidden": 4, "seed": 0}, 1),
+        "trim": lambda: call(profile_traces.trim, {"traceEvents": [ONE_EVENT]}, {"name": "one"}, zero="trace",
+                             opaque="recorded"),
+        "provenance": lambda: call(profile_traces.provenance, "one", "pipeline_fixed",
+                                   {"n_items": 2, "batch_size": 1, "hidden": 4, "seed": 0}, text="name"),
+        "write_traces": lambda: call(profile_traces.write_traces, TMP / "traces", ["pipeline_fixed"], False),
+    }),
     **within("experiments.roofline_points", {
         "matmul_sweep": lambda: call(roofline_points.matmul_sweep, (16, 32), "cpu",
                                      "fp32", False),
@@ -1877,6 +1897,7 @@ VALID: dict[str, Callable[[], Call]] = {
 
 # Public callables not fed bad values, each with the reason.
 EXCLUDED: dict[str, str] = {
+    "experiments.profile_traces.main": "the command line: records every trace into the package's data folder",
     "experiments.speculative_decoding.SpeculativeRun": "a result of speculative_generate",
     "experiments.speculative_decoding.StepCosts": "a result of measure_step_costs",
     "experiments.llm_speculative.Run": "a result of llm_speculative.speculative_generate",

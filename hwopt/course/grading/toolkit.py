@@ -3,8 +3,9 @@
 Assignments practise what the toolkit computes for the lessons (cost models, simulators, quantizers, the
 roofline), so a grading kernel must not find those answers in it under any name, however wrapped. Each
 grading kernel sees, at the toolkit's path, a copy (built once per grading process) holding only the files of
-SEEN: the chip and model tables, the number formats, the course's trained model (its architecture, weights,
-tokenizer, text and perplexity), the quiz's bank reader, the visible tests' helper and the kernel launcher.
+SEEN: the chip and model tables, the recorded profiler traces (plain data), the number formats, the course's
+trained model (its architecture, weights, tokenizer, text and perplexity), the quiz's bank reader, the visible
+tests' helper and the kernel launcher.
 Every other module is a stub that imports but holds nothing: taking anything from it raises AttributeError
 saying that it is not available while grading. The lessons, the reference solutions and the
 grader itself use the whole toolkit.
@@ -30,6 +31,7 @@ from hwopt.machine.toolchain import cache_dir
 
 SEEN = (  # paths in the hwopt package (fnmatch patterns): what a grading kernel may import or read
     "__init__.py", "arguments.py", "formats.py", "data/__init__.py", "data/*.csv",
+    "traces.py", "data/traces/*.json",  # the recorded profiler traces that assignment 8 reads
     "machine/__init__.py", "machine/specs.py",  # the chip table
     "cost/__init__.py", "cost/shapes.py",  # the model table
     "machine/bench.py",  # resolve_device, which loading a model calls

@@ -24,13 +24,14 @@ from hwopt.course.grading import settings
 ROOT = colab.ROOT  # the repository
 CONFIG = "nbgrader_config.py"
 ASSIGNMENTS = (  # in the order a class is graded
-    "batching", "bandwidth_precision", "latency_budget", "quiz",  # assignments 1-4
-    "roofline",  # assignment 5
+    "batching", "bandwidth_precision", "latency_budget",  # assignments 3, 2 and 4
+    "quiz",  # assignment 16
+    "roofline",  # assignment 1
     "fusion",  # assignment 7
     "quantize", "profiling",  # assignments 6 and 8
     "memory_kv",  # assignment 9: weights + KV cache + activations, the largest batch that fits
-    "serving_queue",  # assignment 10: p99 with queueing under dynamic batching
-    "beyond_one_chip",  # assignment 11: TP degree, decode bound with all-reduces, MoE bytes (lesson 12)
+    "serving_queue",  # assignment 5: p99 with queueing under dynamic batching
+    "beyond_one_chip",  # assignment 15: TP degree, decode bound with all-reduces, MoE bytes (lesson 12)
 )
 
 

@@ -213,10 +213,10 @@ def grade_class(folder: Path, assignments=course.ASSIGNMENTS, timeout_s: int | N
             if unsandboxed and row.status != "not submitted":
                 row.notes.append(f"graded WITHOUT a sandbox ({unsandboxed})")
             graded[row.student, row.assignment] = row
-            by_people = [f"to grade by hand: {', '.join(row.needs_manual_grading)}"] * bool(
-                row.needs_manual_grading)
+            notes = row.notes + ([f"to grade by hand: {', '.join(row.needs_manual_grading)}"]
+                                 if row.needs_manual_grading else [])
             log(f"{row.student:>14} {row.assignment:<20} {row.score:5.1f}/{row.max_score:<5.1f} "
-                f"{row.status:<17} {'; '.join(row.notes + by_people)}")
+                f"{row.status:<17} {'; '.join(notes)}")
 
         task = {"folder": folder, "timeout_s": timeout_s, "force": force, "db_url": db_url}
         if workers == 1 and not scheduler:

@@ -81,7 +81,7 @@ def test_release_has_no_solutions_and_no_hidden_tests(assignment):
 
 def test_quiz_answers_cannot_be_read_from_the_visible_tests():
     quiz = load_notebook("source", "quiz")
-    solutions = [nbg(c)["grade_id"] for c in quiz.cells if nbg(c).get("solution")]
+    solutions = [nbg(c)["grade_id"] for c in quiz.cells if nbg(c).get("solution") and c.cell_type == "code"]
     assert solutions == ["student_id", "answers"], "the student types their id and their answers"
     for cell in graded_cells(load_notebook("release", "quiz")):
         assert "==" not in cell.source, "visible quiz checks test the format only"

@@ -197,7 +197,7 @@ def test_the_reference_grades_the_draw_of_the_id_it_grades_and_the_samples_answe
 
 def test_the_grade_cells_are_the_groups_of_the_draw_one_point_per_question():
     nb = load_notebook("source", "quiz")
-    cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"]
     lessons = [json.loads(re.search(r"lessons=(\[[\d, ]+\])\)", c.source)[1]) for c in cells]
     assert lessons == [quiz.lessons_of(group) for group in quiz.GROUPS]
     points = [c.metadata["nbgrader"]["points"] for c in cells]

@@ -25,6 +25,6 @@ Points are decided outside the student's interpreter, and every grading kernel r
 - cluster: how many grading workers, and the Dask cluster that runs them;
 - samples: sample submissions (attacks included) and the scores they must get;
 - demo: the samples graded end to end.
-`python -m hwopt.course.grading grade | demo | secret | sandbox | settings | extend | lms` runs them (see
-__main__).
+`python -m hwopt.course.grading grade | demo | secret | sandbox | settings | extend | lms | rubric` runs them
+(see __main__).
 """

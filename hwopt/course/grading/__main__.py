@@ -1,4 +1,4 @@
-"""Instructor commands: `python -m hwopt.course.grading grade|demo|secret|sandbox|settings|extend|lms`.
+"""Instructor commands: `python -m hwopt.course.grading grade|demo|secret|sandbox|settings|extend|lms|rubric`.
 
     python -m hwopt.course.grading secret     # once per course: the secret that seeds the hidden cases
     python -m hwopt.course.grading sandbox    # whether the grading sandbox starts on this machine
@@ -7,6 +7,7 @@
     python -m hwopt.course.grading settings   # the environment variables of grading (--readme: into README)
     python -m hwopt.course.grading extend ada batching 2   # ada gets 2 more days for batching (0: none)
     python -m hwopt.course.grading lms --roster canvas_export.csv   # canvas_grades.csv and lms_grades.csv
+    python -m hwopt.course.grading rubric roofline   # the written questions, model answers and rubrics
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hwopt.course.grading import course, deadlines, demo, grade, judge, lms, sandbox, settings
+from hwopt.course.grading import course, deadlines, demo, grade, judge, lms, notebooks, sandbox, settings
 
 
 def _secret(args) -> int:
@@ -76,6 +77,17 @@ def _lms(args) -> int:
     return 0
 
 
+def _rubric(args) -> int:
+    written = notebooks.written_answers(course.load_notebook("source", args.assignment))
+    if not written:
+        print(f"{args.assignment} has no written answers")
+    for i, answer in enumerate(written, 1):
+        print(f"{'=' * 100}\nWritten answer {i} of {len(written)} in {args.assignment}: cell "
+              f"{answer['grade_id']}, {answer['points']:g} points\n{'=' * 100}\n{answer['question']}\n\n"
+              f"{'-' * 100}\n{answer['answer']}\n")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line: one subcommand per instructor task."""
     top = argparse.ArgumentParser(prog="python -m hwopt.course.grading",
@@ -130,6 +142,10 @@ def parser() -> argparse.ArgumentParser:
     for p in (e, m):
         p.add_argument("--course", type=Path, default=course.ROOT, help="the course folder (default: the "
                        "repository)")
+    r = sub.add_parser("rubric", help="print an assignment's written questions, each with its model "
+                                      "answer and rubric (from source/), for the people who grade them")
+    r.add_argument("assignment", choices=course.ASSIGNMENTS, metavar="ASSIGNMENT")
+    r.set_defaults(run=_rubric)
     s = sub.add_parser("settings", help="print the environment variables of grading with their defaults")
     s.add_argument("--readme", action="store_true", help="write the table into README.md instead")
     s.set_defaults(run=_settings)

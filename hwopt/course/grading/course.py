@@ -23,16 +23,20 @@ from hwopt.course.grading import settings
 
 ROOT = colab.ROOT  # the repository
 CONFIG = "nbgrader_config.py"
-ASSIGNMENTS = (  # in the order a class is graded
-    "batching", "bandwidth_precision", "latency_budget", "quiz",  # assignments 1-4
-    "roofline",  # assignment 5
-    "fusion",  # assignment 7
-    "quantize", "profiling",  # assignments 6 and 8
-    "memory_kv",  # assignment 9: weights + KV cache + activations, the largest batch that fits
-    "serving_queue",  # assignment 10: p99 with queueing under dynamic batching
-    "beyond_one_chip",  # assignment 11: TP degree, decode bound with all-reduces, MoE bytes (lesson 12)
-    "continuous_batching",  # a scheduler step, a trace's TTFT/TPOT/goodput, the best policy (lessons 8, 11)
-    "kv_paging",  # a paged KV block allocator with prefix sharing; KV bytes and the decode bound (lesson 8)
+ASSIGNMENTS = (  # in the course's order, as their titles number them
+    "roofline",  # 1: a kernel's bound, under a real chip's roof (lessons 1, 2)
+    "bandwidth_precision",  # 2: weights read per token, tokens/s per precision (lessons 2, 4)
+    "batching",  # 3: the fitted latency line, the flattening point (lesson 3)
+    "latency_budget",  # 4: the largest batch within a latency budget (lesson 3)
+    "serving_queue",  # 5: p99 with queueing under dynamic batching, capacity at an SLO (lessons 3, 11)
+    "quantize",  # 6: codes, scales, errors and a precision plan (lesson 4)
+    "fusion",  # 7: the bytes a compiler saves, and what it can fuse (lesson 5)
+    "profiling",  # 8: reading a real torch.profiler trace (lesson 6)
+    "memory_kv",  # 9: weights + KV cache + activations, the largest batch that fits (lessons 7, 8)
+    "kv_paging",  # 10: a paged KV block allocator with prefix sharing; the decode bound (lesson 8)
+    "continuous_batching",  # 11: a scheduler step, a trace's TTFT/TPOT/goodput, the best policy (8, 11)
+    "beyond_one_chip",  # 15: TP degree, decode bound with all-reduces, MoE bytes (lesson 12)
+    "quiz",  # 16: every lesson
 )
 
 

@@ -10,8 +10,9 @@ every submission still gets a fresh sandboxed kernel, under that worker's own ui
 Around nbgrader, each submission is checked first (grading.intake: only folders and regular files;
 grading.submission: a valid notebook) and its feedback after; after autograde the graded copy must exist
 (nbgrader deletes it on failure). grades_report.csv has one row per student and assignment: score (late
-penalty taken), max_score, status, notes, and the lateness columns (grading.deadlines); the LMS exports
-(grading.lms) are written beside nbgrader's grades.csv.
+penalty taken), max_score, status, notes, the lateness columns (grading.deadlines) and the written answers
+left for people to grade in formgrader; the LMS exports (grading.lms) are written beside nbgrader's
+grades.csv. After grading by hand, `grade --no-force` gives feedback and exports again without regrading.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from hwopt.course.grading import (
 LOG_NOTES = (
     (r"Attribute '(points|locked|cell_type)' for cell", "edited cell metadata reset"),
     (r"Restoring nbgrader metadata", "missing cell metadata restored"),
+    (r"Restoring deleted written answer", "a deleted written answer restored, unanswered"),
     (r"restarting the kernel", "a cell ignored the interrupt: kernel restarted"),
     (r"Timeout waiting for execute reply", "a cell timed out"),
     (r"Output capped", "output beyond the byte cap dropped"),
@@ -65,6 +67,8 @@ class Row:
     late_penalty: float = 0.0
     submitted_at: str = ""  # UTC, as the exchange or the LMS recorded it
     due_at: str = ""  # UTC, the student's extension included
+    # cells a person grades in formgrader (written answers), not yet graded or to review: not in the score yet
+    needs_manual_grading: list[str] = field(default_factory=list)
 
 
 def grade_one(api, folder: Path, assignment: str, student: str, force: bool = True) -> Row:
@@ -110,6 +114,7 @@ def grade_one(api, folder: Path, assignment: str, student: str, force: bool = Tr
         row.max_score = gradebook.max_score(api, assignment)
     else:
         row.late_penalty, row.submitted_at, row.due_at, why = deadlines.reported(api, assignment, student)
+        row.needs_manual_grading = gradebook.awaiting_people(api, assignment, student)
         row.score = max(0.0, row.raw_score - row.late_penalty)
         row.notes += [why] if why else []
     row.seconds = time.perf_counter() - start
@@ -132,13 +137,15 @@ def give_feedback(api, folder: Path, assignment: str, student: str, row: Row) ->
 
 
 def write_report(rows: list[Row], path: Path) -> Path:
-    """grades_report.csv: student, assignment, score, max_score, status, notes, seconds, and the lateness
-    columns raw_score, late_penalty, submitted_at, due_at."""
+    """grades_report.csv: student, assignment, score, max_score, status, notes, seconds, the lateness
+    columns raw_score, late_penalty, submitted_at, due_at, and needs_manual_grading (the written answers
+    left to grade in formgrader: the score has their points once they are graded)."""
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(asdict(rows[0])) if rows else ["student"])
         writer.writeheader()
         for row in rows:
-            writer.writerow({**asdict(row), "notes": "; ".join(row.notes), "seconds": f"{row.seconds:.2f}"})
+            writer.writerow({**asdict(row), "notes": "; ".join(row.notes), "seconds": f"{row.seconds:.2f}",
+                             "needs_manual_grading": "; ".join(row.needs_manual_grading)})
     return path
 
 
@@ -206,8 +213,10 @@ def grade_class(folder: Path, assignments=course.ASSIGNMENTS, timeout_s: int | N
             if unsandboxed and row.status != "not submitted":
                 row.notes.append(f"graded WITHOUT a sandbox ({unsandboxed})")
             graded[row.student, row.assignment] = row
+            notes = row.notes + ([f"to grade by hand: {', '.join(row.needs_manual_grading)}"]
+                                 if row.needs_manual_grading else [])
             log(f"{row.student:>14} {row.assignment:<20} {row.score:5.1f}/{row.max_score:<5.1f} "
-                f"{row.status:<17} {'; '.join(row.notes)}")
+                f"{row.status:<17} {'; '.join(notes)}")
 
         task = {"folder": folder, "timeout_s": timeout_s, "force": force, "db_url": db_url}
         if workers == 1 and not scheduler:

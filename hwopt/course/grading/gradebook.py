@@ -112,7 +112,8 @@ def register_students(api, students) -> None:
 
 
 def record_zero(api, assignment: str, student: str) -> None:
-    """A gradebook submission with no credit, so exports show the student (with 0, as the report explains)."""
+    """A gradebook submission with no automatic credit, so exports show the student (with 0, as the report
+    explains). A grader's manual score is kept, flagged for review as nbgrader's autograde flags it."""
     with warnings.catch_warnings(), Gradebook(api.coursedir.db_url, api.coursedir.course_id) as gb:
         warnings.simplefilter("ignore")  # SQLAlchemy autoflush chatter inside nbgrader's add_submission
         gb.update_or_create_student(student)
@@ -120,8 +121,25 @@ def record_zero(api, assignment: str, student: str) -> None:
         for notebook in gb.find_submission(assignment, student).notebooks:
             for grade in notebook.grades:
                 grade.auto_score = 0.0
-                grade.needs_manual_grade = False
+                grade.needs_manual_grade = grade.manual_score is not None
         gb.db.commit()
+
+
+def awaiting_people(api, assignment: str, student: str) -> list[str]:
+    """The cells of a submission that a person must grade or review in formgrader ("written_answer: 3 points
+    to grade", "written_answer: graded 2 of 3, to review" after a regrade)."""
+    with Gradebook(api.coursedir.db_url, api.coursedir.course_id) as gb:
+        found = []
+        for notebook in gb.find_submission(assignment, student).notebooks:
+            for grade in notebook.grades:
+                if not grade.needs_manual_grade:
+                    continue
+                if grade.manual_score is None:
+                    found.append(f"{grade.name}: {grade.max_score:g} points to grade")
+                else:
+                    found.append(f"{grade.name}: graded {grade.manual_score:g} of {grade.max_score:g}, "
+                                 "to review")
+        return found
 
 
 def read_score(api, assignment: str, student: str) -> tuple[float, float]:

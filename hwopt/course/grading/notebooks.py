@@ -1,4 +1,5 @@
-"""What the grader reads in a notebook: hidden-test regions of grade cells, and LMS/Colab file names."""
+"""What the grader reads in a notebook: hidden-test regions of grade cells, written answers and their rubrics,
+and LMS/Colab file names."""
 
 from __future__ import annotations
 
@@ -29,6 +30,19 @@ def strip_hidden_tests(source: str) -> str:
 def hidden_region(source: str) -> str:
     """The lines between the hidden-test delimiters (the grade cell's checks), or '' when there are none."""
     return "\n".join(_split(source)[1])
+
+
+def written_answers(nb) -> list[dict]:
+    """The answers people grade (markdown grade cells, each after its question): grade_id, points, question
+    and the cell's text (in source/: the model answer and the rubric)."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "markdown" and meta.get("grade"):
+            question = nb.cells[i - 1].source if i else ""
+            found.append({"grade_id": meta.get("grade_id"), "points": float(meta.get("points", 0)),
+                          "question": question, "answer": cell.source})
+    return found
 
 
 def normalise_source(source: str) -> str:

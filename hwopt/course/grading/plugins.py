@@ -26,7 +26,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import ensure_async, run_sync
 from nbconvert.exporters import HTMLExporter
 from nbformat import NotebookNode
-from nbformat.v4 import new_code_cell, new_output
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.plugins import FileNameCollectorPlugin
@@ -133,7 +133,25 @@ class RestoreCellMetadata(NbGraderPreprocessor):
                     cell.metadata["nbgrader"] = copy.deepcopy(meta[name])
                     present.add(name)
                     break
+        self._restore_written_answers(nb, template, meta, present)
         return nb, resources
+
+    def _restore_written_answers(self, nb, template, meta, present) -> None:
+        """A deleted written answer comes back unanswered, after the cell it follows in the release.
+
+        nbgrader's OverwriteCells re-adds a deleted grade cell after the previous grade or solution cell, and
+        fails when that is a locked question (a markdown cell that is neither).
+        """
+        names = [name for name, *_ in template]
+        for i, (name, cell_type, locked, source) in enumerate(template):
+            if name in present or cell_type != "markdown" or locked or not meta[name]["grade"]:
+                continue
+            self.log.warning("Restoring deleted written answer %s (unanswered)", name)
+            answer = new_markdown_cell(source, metadata={"nbgrader": copy.deepcopy(meta[name])})
+            ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
+            before = names[i - 1] if i else None
+            nb.cells.insert(ids.index(before) + 1 if before in ids else len(nb.cells), answer)
+            present.add(name)
 
 
 class JudgedExecute(Execute):

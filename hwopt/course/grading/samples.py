@@ -260,9 +260,9 @@ def v_profiling_slip(a, release, good):
 
 
 def v_roofline_slip(a, release, good):
-    if a == "roofline":  # the KV cache counted once: K read, V forgotten
-        return edit(good, "op_cost", "elements = 2 * seq_len * n_kv_heads * head_dim",
-                    "elements = seq_len * n_kv_heads * head_dim")
+    if a == "roofline":  # a kernel's compute and memory times added up, as if they could not overlap
+        return edit(good, "on_chip", 'time_s = max(cost["flop"] / peak_flops, cost["bytes"] / bytes_per_s)',
+                    'time_s = cost["flop"] / peak_flops + cost["bytes"] / bytes_per_s')
     return good
 
 
@@ -567,17 +567,22 @@ def op_cost(op, shape, bytes_per_element):
             bytes_per_element=bytes_per_element)
     return {"flop": flop, "bytes": n_bytes, "intensity": flop / n_bytes}
 """,
-    "verdict": """\
-def roofline_verdict(intensity, peak_flops, bandwidth_gbs):
-    return {"attainable_flops": _roofline.attainable_flops(intensity, peak_flops, bandwidth_gbs),
-            "ridge_intensity": _roofline.ridge_point(peak_flops, bandwidth_gbs),
-            "bound": _roofline.bound(intensity, peak_flops, bandwidth_gbs)}
+    "on_chip": """\
+def kernel_on_chip(op, shape, chip_name, precision):
+    peak_flops, bandwidth_gbs = chip_roof(chip_name, precision)
+    cost = op_cost(op, shape, BYTES_PER_ELEMENT[precision])
+    return {"intensity": cost["intensity"],
+            "bound": _roofline.bound(cost["intensity"], peak_flops, bandwidth_gbs),
+            "attainable_flops": _roofline.attainable_flops(cost["intensity"], peak_flops, bandwidth_gbs),
+            "time_us": _roofline.time_s(cost["flop"], cost["bytes"], peak_flops, bandwidth_gbs) * 1e6}
 """,
-    "time": """\
-def kernel_time(flop, n_bytes, peak_flops, bandwidth_gbs):
-    return {"compute_s": _roofline.time_s(flop, 0, peak_flops, bandwidth_gbs),
-            "memory_s": _roofline.time_s(0, n_bytes, peak_flops, bandwidth_gbs),
-            "time_s": _roofline.time_s(flop, n_bytes, peak_flops, bandwidth_gbs)}
+    "crossover": """\
+def compute_bound_batch(k, n, chip_name, precision, max_batch_size):
+    ridge = _roofline.ridge_point(*chip_roof(chip_name, precision))
+    for b in range(1, max_batch_size + 1):
+        if _roofline.intensity_gemm(b, n, k, BYTES_PER_ELEMENT[precision]) >= ridge:
+            return b
+    return None
 """,
 }
 
@@ -915,7 +920,7 @@ TARGETS = {"correct": ALL, "blank": ALL, "wrong": ALL, "raises": ("batching",), 
            **{name: ATTACKED for name in (*ATTACKS_WITHOUT_WORK, *ATTACKS_WITH_WORK, "signal_next")},
            **{f"{a}_slip": (a,) for a in ALL if a != "latency_budget"}}  # latency_budget: the samples above
 FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "quiz": 10.0,
-        "roofline": 11.0,
+        "roofline": 12.0,
         "fusion": 11.0,
         "quantize": 12.0, "profiling": 12.0,  # assignments 6 and 8
         "memory_kv": 10.0,
@@ -954,11 +959,11 @@ EXPECTED = {
     **{("adapter", a): (0.0, "ok") for a in ADAPTERS},
     **{(name, a): (FULL[a], "ok") for name in (*ATTACKS_WITH_WORK, "signal_next") for a in ATTACKED},
     ("fork_bomb", "latency_budget"): (12.0, "ok"),
-    # roofline (11): GEMM without C's write loses gemm (1) and real chips (2, its GEMM cases)
-    ("wrong", "roofline"): (8.0, "ok"),
-    # roofline: the KV cache counted once loses attention (3, its bad-input checks with it) and real chips
-    # (2, its attention cases)
-    ("roofline_slip", "roofline"): (6.0, "ok"),
+    # roofline (12): GEMM without C's write loses gemm (1), the kernel on a chip (1 + 2: its GEMM cases) and
+    # the batch that turns a layer compute-bound (2 + 1: every answer is a GEMM's intensity)
+    ("wrong", "roofline"): (5.0, "ok"),
+    # roofline: compute and memory times added, as if they could not overlap, loses the kernel's time (2)
+    ("roofline_slip", "roofline"): (10.0, "ok"),
 
     # fusion (11): unfused bytes without the writes lose unfused (2) and predicted times (1)
     ("wrong", "fusion"): (8.0, "ok"),

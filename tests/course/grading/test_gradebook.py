@@ -2,6 +2,7 @@
 
 import os
 import sys
+from types import SimpleNamespace
 
 import nbgrader.api as api
 import pytest
@@ -72,3 +73,29 @@ def test_kept_connections_to_a_server_plan_each_query_once(postgres_url, tmp_pat
             assert gb.find_student("ada").id == "ada"
     with api.Gradebook(postgres_url) as gb:  # outside the block: nbgrader's own engine, the server's setting
         assert gb.db.execute(text("SHOW plan_cache_mode")).scalar() == "auto"
+
+
+def test_awaiting_people_names_the_answers_to_grade_and_record_zero_keeps_a_graders_points(tmp_path,
+                                                                                        monkeypatch):
+    bin_dir = os.path.dirname(sys.executable)  # nbgrader makes a new gradebook with alembic
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    db_url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    with api.Gradebook(db_url, "course") as gb:
+        gb.add_assignment("a")
+        gb.add_notebook("a", "a")
+        gb.add_grade_cell("test", "a", "a", max_score=2, cell_type="code")
+        gb.add_grade_cell("written_answer", "a", "a", max_score=3, cell_type="markdown")
+        gb.add_student("ada")
+        gb.add_submission("a", "ada")
+        for name, auto in (("test", 2.0), ("written_answer", None)):
+            grade = gb.find_grade(name, "a", "a", "ada")
+            grade.auto_score, grade.needs_manual_grade = auto, auto is None
+        gb.db.commit()
+    course = SimpleNamespace(coursedir=SimpleNamespace(db_url=db_url, course_id="course"))
+    assert gradebook.awaiting_people(course, "a", "ada") == ["written_answer: 3 points to grade"]
+    with api.Gradebook(db_url, "course") as gb:
+        gb.find_grade("written_answer", "a", "a", "ada").manual_score = 2.0
+        gb.db.commit()
+    gradebook.record_zero(course, "a", "ada")  # a later submission that could not be graded
+    assert gradebook.awaiting_people(course, "a", "ada") == ["written_answer: graded 2 of 3, to review"]
+    assert gradebook.read_score(course, "a", "ada") == (2.0, 5.0)

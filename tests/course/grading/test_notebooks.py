@@ -1,6 +1,7 @@
 """course.grading.notebooks: hidden regions of grade cells, LMS/Colab notebook names."""
 
 import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from hwopt.course.grading import notebooks
 
@@ -27,3 +28,18 @@ def test_hidden_region_is_what_strip_leaves_out():
 ])
 def test_normalise_notebook_name_maps_lms_and_colab_names(filename, expected):
     assert notebooks.normalise_notebook_name(filename, ["latency_budget.ipynb", "quiz.ipynb"]) == expected
+
+
+def test_written_answers_are_the_markdown_grade_cells_each_with_its_question():
+    def nbgrader(**meta):
+        return {"nbgrader": {"grade": False, "solution": False, "locked": True, **meta}}
+
+    nb = new_notebook(cells=[
+        new_markdown_cell("Why did the prediction miss?", metadata=nbgrader(grade_id="question")),
+        new_markdown_cell("**Model answer.** ...", metadata=nbgrader(grade_id="answer", grade=True,
+                                                                      solution=True, locked=False, points=3)),
+        new_code_cell("assert True", metadata=nbgrader(grade_id="test", grade=True, points=1)),
+    ])
+    assert notebooks.written_answers(nb) == [{"grade_id": "answer", "points": 3.0,
+                                              "question": "Why did the prediction miss?",
+                                              "answer": "**Model answer.** ..."}]

@@ -140,6 +140,17 @@ def v_wrong(a, release, good):
     if a == "beyond_one_chip":  # the KV cache split over every chip, as if there were a KV head for each
         return edit(good, "memory", 'bytes_per_value / min(tp, model["n_kv_heads"]) / 1e9',
                     "bytes_per_value / tp / 1e9")
+    if a == "quantize_layer":  # torch's Cholesky factor is the lower one: row j of L is 0 past j, nothing is
+        # passed on and GPTQ is RTN
+        return edit(good, "gptq", "torch.linalg.cholesky(torch.linalg.inv(h), upper=True)",
+                    "torch.linalg.cholesky(torch.linalg.inv(h))")
+    return good
+
+
+def v_quantize_layer_slip(a, release, good):
+    if a == "quantize_layer":  # one scale per output row (the row's max), as per-channel int8 does
+        return edit(good, "rtn", "scales = groups.abs().amax(dim=2) / 7",
+                    "scales = groups.abs().amax(dim=(1, 2))[:, None].expand(out, n // group_size) / 7")
     return good
 
 
@@ -820,6 +831,7 @@ STUDENTS: dict[str, Variant] = {
     "memory_kv_slip": v_memory_kv_slip,
     "serving_queue_slip": v_serving_queue_slip,
     "beyond_one_chip_slip": v_beyond_one_chip_slip,
+    "quantize_layer_slip": v_quantize_layer_slip,
 }
 ATTACKS_WITHOUT_WORK = ("transformer", "equals_anything", "toolkit", "read_source")
 ATTACKS_WITH_WORK = ("write_files", "signal", "flood")  # signal_next: graded right after signal
@@ -842,7 +854,8 @@ FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "qu
         "quantize": 12.0, "profiling": 10.0,  # assignments 6 and 8
         "memory_kv": 10.0,
         "serving_queue": 11.0,
-        "beyond_one_chip": 10.0}
+        "beyond_one_chip": 10.0,
+        "quantize_layer": 8.0}
 # (student, assignment) -> (score, status) the grader must give.
 EXPECTED = {
     **{("correct", a): (FULL[a], "ok") for a in ALL},
@@ -916,6 +929,12 @@ EXPECTED = {
     ("wrong", "beyond_one_chip"): (5.0, "ok"),
     # the ring all-reduce with each byte sent once loses both all-reduce parts (1 + 1) and the decode step (2)
     ("beyond_one_chip_slip", "beyond_one_chip"): (6.0, "ok"),
+    # quantize_layer (8): RTN 2, RTN's edges 1, Hessian 1, GPTQ small 1, GPTQ rows 2, GPTQ layer 1.
+    # The lower Cholesky factor passes nothing on (GPTQ = RTN): loses the three GPTQ parts (1 + 2 + 1)
+    ("wrong", "quantize_layer"): (4.0, "ok"),
+    # a scale per row loses RTN (2) and its edges (1: a group of zeros beside another); GPTQ, whose groups are
+    # quantized one at a time, keeps its points
+    ("quantize_layer_slip", "quantize_layer"): (5.0, "ok"),
 }
 
 

@@ -758,10 +758,51 @@ def moe_weights_read_gb(n_experts, experts_per_token, batch_size, expert_gb, sha
 }
 # Every assignment but the quiz and profiling, where no glue around the toolkit earns a point
 # (tests/course/grading/test_samples.py measures what each adapter would score with the whole toolkit).
+QUANTIZE_LAYER_ADAPTER = {  # the toolkit's quantizer and GPTQ, their arrays turned into codes and scales
+    "rtn": """\
+import torch as _torch
+
+from hwopt import quantization as _quantization
+
+
+def rtn_quantize(w, group_size):
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1 \\
+            or w.shape[1] % group_size:
+        raise ValueError(f"group_size must divide the inputs, got {group_size!r}")
+    codes, scales, _ = _quantization.quantize(w.numpy(), 4, block=group_size).numpy()
+    return (_torch.as_tensor(codes).long().reshape(w.shape),
+            _torch.as_tensor(scales, dtype=_torch.float64).reshape(w.shape[0], -1))
+""",
+    "hessian": """\
+import math as _math
+
+import torch as _torch
+
+from hwopt.experiments import gptq as _gptq
+
+
+def damped_hessian(x, damping):
+    if isinstance(damping, bool) or not isinstance(damping, int | float) or not 0 <= damping < _math.inf:
+        raise ValueError(f"damping must be a finite number >= 0, got {damping!r}")
+    h = _gptq.hessian(x)
+    return h + damping * _torch.diagonal(h).mean() * _torch.eye(h.shape[0], dtype=h.dtype)
+""",
+    "gptq": """\
+from hwopt import quantization as _quantization
+from hwopt.experiments import gptq as _gptq
+
+
+def gptq_quantize(w, h, group_size):
+    precision = _quantization.blocked("int4", group_size)
+    w_hat = _gptq.gptq_quantize(w, h, precision, damping=1e-9).double()
+    return rtn_quantize(w_hat, group_size)  # its values are on each group's grid: the same codes again
+""",
+}
+
 ADAPTERS = {"roofline": ROOFLINE_ADAPTER, "memory_kv": MEMORY_KV_ADAPTER, "batching": BATCHING_ADAPTER,
             "latency_budget": LATENCY_BUDGET_ADAPTER, "bandwidth_precision": BANDWIDTH_PRECISION_ADAPTER,
             "fusion": FUSION_ADAPTER, "quantize": QUANTIZE_ADAPTER, "serving_queue": SERVING_QUEUE_ADAPTER,
-            "beyond_one_chip": BEYOND_ONE_CHIP_ADAPTER}
+            "beyond_one_chip": BEYOND_ONE_CHIP_ADAPTER, "quantize_layer": QUANTIZE_LAYER_ADAPTER}
 
 
 def v_adapter(a, release, good):  # no solution of its own: toolkit calls, arguments renamed and regrouped

@@ -16,6 +16,13 @@ e.g. `case("your questions", student_id=rng.student)` when each student draws th
 The student's kernel evaluates the call on each case and prints the outcomes as JSON (grading.collect);
 the reference solution, run here, gives the expected outcomes. A part earns its points only when every
 case is right; a missing, malformed or duplicated report earns 0 (fail closed).
+
+Where a right answer is not one value (a quantized layer: many codes are right, some better than others),
+`check(..., accept=f)` decides instead of equality: f(expected, got, variables) runs here, in the grading
+process, on the reference's value, the student's plain value and the case's variables, and returns None to
+accept or a phrase saying why not (shown in the feedback: it must not hold a hidden value). It computes what
+it judges itself (e.g. rebuilds the student's weights and measures their error here), never trusting a
+number the student reports about their own work; a value it cannot read is wrong, never an error of grading.
 """
 
 from __future__ import annotations
@@ -110,6 +117,7 @@ class Check:
     rel_tol: float = 1e-6
     abs_tol: float = 1e-9
     normalise: Callable | None = None  # applied to expected and student values before comparing
+    accept: Callable | None = None  # (expected, got, variables) -> None if right, else why not (see above)
 
     def __post_init__(self):
         if not isinstance(self.call, str) or not self.call.strip():
@@ -120,6 +128,9 @@ class Check:
                 raise ValueError(f"{name} must be a finite number >= 0; got {value!r}")
         if not (self.cases is None or callable(self.cases) or isinstance(self.cases, list | tuple)):
             raise ValueError(f"cases must be a function of rng, a list of cases or None; got {self.cases!r}")
+        if self.accept is not None and not callable(self.accept):
+            raise ValueError(f"accept must be a function (expected, got, variables) -> None or why not; got "
+                             f"{self.accept!r}")
 
 
 _declared: list[Check] | None = None  # while read_checks runs a hidden region, its checks go here
@@ -258,7 +269,21 @@ def judge_case(check: Check, one: Case, expected: dict, got) -> str | None:
         want, have = check.normalise(want), check.normalise(have)
     if _kind(want) != _kind(have):
         return f"returned {_kind(have)}, expected {_kind(want)}"
+    if check.accept is not None:
+        return accepted(check.accept, want, have, one.variables)
     return None if same_value(want, have, check.rel_tol, check.abs_tol) else "wrong value"
+
+
+def accepted(accept: Callable, expected, got, variables: dict) -> str | None:
+    """accept's verdict on a value: None if right, else its phrase; a failure to judge fails the case, with a
+    phrase of the judge's own (an exception's text could carry the student's values or a hidden one)."""
+    try:
+        why = accept(expected, got, variables)
+    except Exception:
+        return "returned a value that could not be judged (wrong shape or kind of numbers)"
+    if why is None:
+        return None
+    return why if isinstance(why, str) and why.strip() else "wrong value"
 
 
 def parse_report(text: str, mark: str, n_cases: int) -> list | str:

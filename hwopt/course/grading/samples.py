@@ -144,6 +144,17 @@ def v_wrong(a, release, good):
     if a == "kv_paging":  # a finished sequence's blocks go back to the pool at once, shared or not
         return edit(good, "replay", "        for block in tables.pop(seq):\n            release(block)",
                     "        free.extend(tables.pop(seq))")
+    if a == "quantize_layer":  # torch's Cholesky factor is the lower one: row j of L is 0 past j, nothing is
+        # passed on and GPTQ is RTN
+        return edit(good, "gptq", "torch.linalg.cholesky(torch.linalg.inv(h), upper=True)",
+                    "torch.linalg.cholesky(torch.linalg.inv(h))")
+    return good
+
+
+def v_quantize_layer_slip(a, release, good):
+    if a == "quantize_layer":  # one scale per output row (the row's max), as per-channel int8 does
+        return edit(good, "rtn", "scales = groups.abs().amax(dim=2) / 7",
+                    "scales = groups.abs().amax(dim=(1, 2))[:, None].expand(out, n // group_size) / 7")
     return good
 
 
@@ -826,12 +837,53 @@ def decode_step_bound(model, chip, batch_size, context_len, weight_bytes, kv_byt
     return {"step_ms": step_s * 1e3, "tokens_per_s": batch_size / step_s}
 """,
 }
+QUANTIZE_LAYER_ADAPTER = {  # the toolkit's quantizer and GPTQ, their arrays turned into codes and scales
+    "rtn": """\
+import torch as _torch
+
+from hwopt import quantization as _quantization
+
+
+def rtn_quantize(w, group_size):
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1 \\
+            or w.shape[1] % group_size:
+        raise ValueError(f"group_size must divide the inputs, got {group_size!r}")
+    codes, scales, _ = _quantization.quantize(w.numpy(), 4, block=group_size).numpy()
+    return (_torch.as_tensor(codes).long().reshape(w.shape),
+            _torch.as_tensor(scales, dtype=_torch.float64).reshape(w.shape[0], -1))
+""",
+    "hessian": """\
+import math as _math
+
+import torch as _torch
+
+from hwopt.experiments import gptq as _gptq
+
+
+def damped_hessian(x, damping):
+    if isinstance(damping, bool) or not isinstance(damping, int | float) or not 0 <= damping < _math.inf:
+        raise ValueError(f"damping must be a finite number >= 0, got {damping!r}")
+    h = _gptq.hessian(x)
+    return h + damping * _torch.diagonal(h).mean() * _torch.eye(h.shape[0], dtype=h.dtype)
+""",
+    "gptq": """\
+from hwopt import quantization as _quantization
+from hwopt.experiments import gptq as _gptq
+
+
+def gptq_quantize(w, h, group_size):
+    precision = _quantization.blocked("int4", group_size)
+    w_hat = _gptq.gptq_quantize(w, h, precision, damping=1e-9).double()
+    return rtn_quantize(w_hat, group_size)  # its values are on each group's grid: the same codes again
+""",
+}
 # Every assignment but the quiz, profiling and continuous_batching, where no glue around the toolkit earns a
 # point (tests/course/grading/test_samples.py measures what each adapter would score with the whole toolkit).
 ADAPTERS = {"roofline": ROOFLINE_ADAPTER, "memory_kv": MEMORY_KV_ADAPTER, "batching": BATCHING_ADAPTER,
             "latency_budget": LATENCY_BUDGET_ADAPTER, "bandwidth_precision": BANDWIDTH_PRECISION_ADAPTER,
             "fusion": FUSION_ADAPTER, "quantize": QUANTIZE_ADAPTER, "serving_queue": SERVING_QUEUE_ADAPTER,
-            "beyond_one_chip": BEYOND_ONE_CHIP_ADAPTER, "kv_paging": KV_PAGING_ADAPTER}
+            "beyond_one_chip": BEYOND_ONE_CHIP_ADAPTER, "kv_paging": KV_PAGING_ADAPTER,
+            "quantize_layer": QUANTIZE_LAYER_ADAPTER}
 
 
 def v_adapter(a, release, good):  # no solution of its own: toolkit calls, arguments renamed and regrouped
@@ -903,6 +955,7 @@ STUDENTS: dict[str, Variant] = {
     "beyond_one_chip_slip": v_beyond_one_chip_slip,
     "continuous_batching_slip": v_continuous_batching_slip,
     "kv_paging_slip": v_kv_paging_slip,
+    "quantize_layer_slip": v_quantize_layer_slip,
 }
 ATTACKS_WITHOUT_WORK = ("transformer", "equals_anything", "toolkit", "read_source")
 ATTACKS_WITH_WORK = ("write_files", "signal", "flood")  # signal_next: graded right after signal
@@ -927,7 +980,8 @@ FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "qu
         "serving_queue": 11.0,
         "beyond_one_chip": 10.0,
         "continuous_batching": 14.0,
-        "kv_paging": 13.0}
+        "kv_paging": 13.0,
+        "quantize_layer": 8.0}
 # (student, assignment) -> (score, status) the grader must give.
 EXPECTED = {
     **{("correct", a): (FULL[a], "ok") for a in ALL},
@@ -1014,6 +1068,12 @@ EXPECTED = {
     # no copy-on-write keeps allocation and sharing (forks there end on full blocks) and the bytes; loses
     # copy-on-write (2) and eviction (3: an eviction can make a copy unneeded, and its traces fork anywhere)
     ("kv_paging_slip", "kv_paging"): (8.0, "ok"),
+    # quantize_layer (8): RTN 2, RTN's edges 1, Hessian 1, GPTQ small 1, GPTQ rows 2, GPTQ layer 1.
+    # The lower Cholesky factor passes nothing on (GPTQ = RTN): loses the three GPTQ parts (1 + 2 + 1)
+    ("wrong", "quantize_layer"): (4.0, "ok"),
+    # a scale per row loses RTN (2) and its edges (1: a group of zeros beside another); GPTQ, whose groups are
+    # quantized one at a time, keeps its points
+    ("quantize_layer_slip", "quantize_layer"): (5.0, "ok"),
 }
 
 

@@ -128,6 +128,43 @@ def test_normalise_makes_multiple_choice_letters_match():
     assert judge.judge_case(check, judge.case("q"), {"value": "c"}, {"value": "b"}) == "wrong value"
 
 
+def _within_twice_the_reference(expected, got, variables):
+    """An accept function: the student's error, computed here from their values, at most twice the
+    reference's on the case's points."""
+    error = sum((g - x) ** 2 for g, x in zip(got, variables["x"], strict=True))
+    reference = sum((e - x) ** 2 for e, x in zip(expected, variables["x"], strict=True))
+    return None if error <= 2 * reference else "the error is more than twice the reference's"
+
+
+@pytest.mark.parametrize("got, why", [
+    ([1.0, 2.1], None),  # not the reference's values, but as good
+    ([1.0, 2.0], None),  # better than the reference
+    ([1.0, 2.5], "the error is more than twice the reference's"),
+    ([1.0], "returned a value that could not be judged (wrong shape or kind of numbers)"),  # accept raised
+    (["1", 2.0], "returned a value that could not be judged (wrong shape or kind of numbers)"),
+    (3.0, "returned a number, expected a list (or tuple)"),  # kinds are compared before accept runs
+])
+def test_accept_decides_a_value_in_the_grading_process_from_the_case(got, why):
+    check = judge.Check("fit(x)", accept=_within_twice_the_reference)
+    one = judge.case("a fit", x=[1.0, 2.0])
+    assert judge.judge_case(check, one, {"value": [1.1, 2.0]}, {"value": got}) == why
+
+
+@pytest.mark.parametrize("verdict, why", [(None, None), ("", "wrong value"), (0, "wrong value"),
+                                          ("too far off", "too far off")])
+def test_accept_says_why_or_wrong_value(verdict, why):
+    check = judge.Check("f()", accept=lambda expected, got, variables: verdict)
+    assert judge.judge_case(check, judge.case("q"), {"value": 1}, {"value": 2}) == why
+
+
+def test_an_accept_failure_never_shows_its_message():
+    def leaky(expected, got, variables):
+        raise ValueError(f"hidden {variables['secret']}")
+    check = judge.Check("f()", accept=leaky)
+    why = judge.judge_case(check, judge.case("q", secret=3.14159), {"value": 1}, {"value": 1})
+    assert why and "3.14159" not in why
+
+
 def test_parse_report_takes_exactly_one_marked_line_with_one_outcome_per_case():
     mark = "m:"
     good = "student print\n" + mark + json.dumps([{"value": 1}, {"value": 2}])
@@ -155,7 +192,8 @@ def test_verdict_is_all_or_nothing_and_names_what_failed_without_values():
 @pytest.mark.parametrize("options, named", [
     ({"call": ""}, "call"), ({"call": 3}, "call"), ({"call": "f()", "rel_tol": -1}, "rel_tol"),
     ({"call": "f()", "abs_tol": math.nan}, "abs_tol"), ({"call": "f()", "rel_tol": math.inf}, "rel_tol"),
-    ({"call": "f()", "rel_tol": "0.1"}, "rel_tol"), ({"call": "f()", "cases": 3}, "cases")])
+    ({"call": "f()", "rel_tol": "0.1"}, "rel_tol"), ({"call": "f()", "cases": 3}, "cases"),
+    ({"call": "f()", "accept": 2.0}, "accept")])
 def test_a_bad_check_names_its_argument(options, named):
     with pytest.raises(ValueError, match=named):
         judge.Check(**options)

@@ -140,6 +140,12 @@ def v_wrong(a, release, good):
     if a == "beyond_one_chip":  # the KV cache split over every chip, as if there were a KV head for each
         return edit(good, "memory", 'bytes_per_value / min(tp, model["n_kv_heads"]) / 1e9',
                     "bytes_per_value / tp / 1e9")
+    if a == "speculative_decoding":  # no bonus token: a step yields at most its guesses, the target corrects
+        edit(good, "speculative", "m = min(k, n_new - (len(ids) - start) - 1)",
+             "m = min(k, n_new - (len(ids) - start))")
+        return edit(good, "speculative", 'ids += guesses[:step["accepted"]] + [step["next_token"]]',
+                    'ids += guesses[:step["accepted"]]\n        if step["accepted"] < m:\n'
+                    '            ids.append(step["next_token"])')
     return good
 
 
@@ -160,6 +166,14 @@ def v_beyond_one_chip_slip(a, release, good):
     if a == "beyond_one_chip":  # the ring all-reduce sends each byte once: (p - 1)/p, not 2 (p - 1)/p
         return edit(good, "allreduce", "+ 2 * (n_chips - 1) / n_chips * message_bytes",
                     "+ (n_chips - 1) / n_chips * message_bytes")
+    return good
+
+
+def v_speculative_decoding_slip(a, release, good):
+    if a == "speculative_decoding":  # accepts every guess the target agrees with, even after a disagreement
+        return edit(good, "verify", "    accepted = 0\n    while accepted < len(guesses) and "
+                    "guesses[accepted] == choices[accepted]:\n        accepted += 1\n",
+                    "    accepted = sum(guess == choice for guess, choice in zip(guesses, choices))\n")
     return good
 
 
@@ -745,12 +759,39 @@ def moe_weights_read_gb(n_experts, experts_per_token, batch_size, expert_gb, sha
     return shared_gb + _moe.expected_distinct_experts(n_experts, experts_per_token, batch_size) * expert_gb
 """,
 }
+SPECULATIVE_DECODING_ADAPTER = {  # the lesson's loop (KV caches, k guesses every step) and its cost model
+    "speculative": """\
+from hwopt.experiments import llm_speculative as _llm_speculative
+
+
+def speculative(target, draft, prompt, n_new, k):
+    run = _llm_speculative.speculative_generate(target, torch.tensor([list(prompt)]), n_new, k, "draft",
+                                                draft)
+    return {"tokens": run.tokens[0, len(prompt):].tolist(), "target_calls": run.target_steps,
+            "draft_calls": sum(run.proposed), "accepted": list(run.accepted), "drafted": list(run.proposed)}
+""",
+    "prediction": """\
+from hwopt.cost import speculative as _speculative
+
+
+def measured_acceptance(drafted, accepted):
+    return _speculative.acceptance_rate(accepted, max(drafted))
+
+
+def draft_len_table(acceptance, cost_ratio, max_k):
+    ks = range(max_k + 1)
+    return {"tokens_per_call": [_speculative.expected_tokens_per_step(acceptance, k) for k in ks],
+            "speedup": [_speculative.predicted_speedup(acceptance, k, cost_ratio) for k in ks],
+            "best_k": _speculative.best_draft_len(acceptance, cost_ratio, max_k)}
+""",
+}
 # Every assignment but the quiz and profiling, where no glue around the toolkit earns a point
 # (tests/course/grading/test_samples.py measures what each adapter would score with the whole toolkit).
 ADAPTERS = {"roofline": ROOFLINE_ADAPTER, "memory_kv": MEMORY_KV_ADAPTER, "batching": BATCHING_ADAPTER,
             "latency_budget": LATENCY_BUDGET_ADAPTER, "bandwidth_precision": BANDWIDTH_PRECISION_ADAPTER,
             "fusion": FUSION_ADAPTER, "quantize": QUANTIZE_ADAPTER, "serving_queue": SERVING_QUEUE_ADAPTER,
-            "beyond_one_chip": BEYOND_ONE_CHIP_ADAPTER}
+            "beyond_one_chip": BEYOND_ONE_CHIP_ADAPTER,
+            "speculative_decoding": SPECULATIVE_DECODING_ADAPTER}
 
 
 def v_adapter(a, release, good):  # no solution of its own: toolkit calls, arguments renamed and regrouped
@@ -820,6 +861,7 @@ STUDENTS: dict[str, Variant] = {
     "memory_kv_slip": v_memory_kv_slip,
     "serving_queue_slip": v_serving_queue_slip,
     "beyond_one_chip_slip": v_beyond_one_chip_slip,
+    "speculative_decoding_slip": v_speculative_decoding_slip,
 }
 ATTACKS_WITHOUT_WORK = ("transformer", "equals_anything", "toolkit", "read_source")
 ATTACKS_WITH_WORK = ("write_files", "signal", "flood")  # signal_next: graded right after signal
@@ -842,7 +884,8 @@ FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "qu
         "quantize": 12.0, "profiling": 10.0,  # assignments 6 and 8
         "memory_kv": 10.0,
         "serving_queue": 11.0,
-        "beyond_one_chip": 10.0}
+        "beyond_one_chip": 10.0,
+        "speculative_decoding": 12.0}
 # (student, assignment) -> (score, status) the grader must give.
 EXPECTED = {
     **{("correct", a): (FULL[a], "ok") for a in ALL},
@@ -916,6 +959,12 @@ EXPECTED = {
     ("wrong", "beyond_one_chip"): (5.0, "ok"),
     # the ring all-reduce with each byte sent once loses both all-reduce parts (1 + 1) and the decode step (2)
     ("beyond_one_chip_slip", "beyond_one_chip"): (6.0, "ok"),
+    # speculative_decoding (12): no bonus token (a step yields at most its guesses) keeps the greedy tokens
+    # but loses the calls and per-step lists (2)
+    ("wrong", "speculative_decoding"): (10.0, "ok"),
+    # guesses accepted after a disagreement lose verify (2) and, through it, the loop's tokens (2) and calls
+    # (2; the example's run accepts a guess after a rejection)
+    ("speculative_decoding_slip", "speculative_decoding"): (6.0, "ok"),
 }
 
 

@@ -31,8 +31,9 @@ def drawn(ref, gid, student, secret=b"test"):
 
 
 def test_the_reference_answers_its_checks_for_two_students_whose_cases_differ(ref):
-    assert set(ref.checks) == {"test_greedy", "test_verify", "test_speculative_tokens", "test_speculative_calls",
-                               "test_acceptance", "test_tokens_per_call", "test_best_k"}
+    assert set(ref.checks) == {
+        "test_greedy", "test_verify", "test_speculative_tokens", "test_speculative_calls", "test_acceptance",
+        "test_tokens_per_call", "test_best_k"}
     for gid, checks in ref.checks.items():
         cases = {student: drawn(ref, gid, student) for student in STUDENTS}
         for student in STUDENTS:

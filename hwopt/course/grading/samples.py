@@ -148,6 +148,12 @@ def v_wrong(a, release, good):
         # passed on and GPTQ is RTN
         return edit(good, "gptq", "torch.linalg.cholesky(torch.linalg.inv(h), upper=True)",
                     "torch.linalg.cholesky(torch.linalg.inv(h))")
+    if a == "speculative_decoding":  # no bonus token: a step yields at most its guesses, the target corrects
+        edit(good, "speculative", "m = min(k, n_new - (len(ids) - start) - 1)",
+             "m = min(k, n_new - (len(ids) - start))")
+        return edit(good, "speculative", 'ids += guesses[:step["accepted"]] + [step["next_token"]]',
+                    'ids += guesses[:step["accepted"]]\n        if step["accepted"] < m:\n'
+                    '            ids.append(step["next_token"])')
     return good
 
 
@@ -222,6 +228,11 @@ def v_kv_paging_slip(a, release, good):
         edit(good, "replay", "return lengths[seq] % block_size == 0 or refs[tables[seq][-1]] > 1",
              "return lengths[seq] % block_size == 0")
         return edit(good, "replay", "elif refs[table[-1]] > 1:", "elif False:")
+def v_speculative_decoding_slip(a, release, good):
+    if a == "speculative_decoding":  # accepts every guess the target agrees with, even after a disagreement
+        return edit(good, "verify", "    accepted = 0\n    while accepted < len(guesses) and "
+                    "guesses[accepted] == choices[accepted]:\n        accepted += 1\n",
+                    "    accepted = sum(guess == choice for guess, choice in zip(guesses, choices))\n")
     return good
 
 
@@ -877,13 +888,39 @@ def gptq_quantize(w, h, group_size):
     return rtn_quantize(w_hat, group_size)  # its values are on each group's grid: the same codes again
 """,
 }
+SPECULATIVE_DECODING_ADAPTER = {  # the lesson's loop (KV caches, k guesses every step) and its cost model
+    "speculative": """\
+from hwopt.experiments import llm_speculative as _llm_speculative
+
+
+def speculative(target, draft, prompt, n_new, k):
+    run = _llm_speculative.speculative_generate(target, torch.tensor([list(prompt)]), n_new, k, "draft",
+                                                draft)
+    return {"tokens": run.tokens[0, len(prompt):].tolist(), "target_calls": run.target_steps,
+            "draft_calls": sum(run.proposed), "accepted": list(run.accepted), "drafted": list(run.proposed)}
+""",
+    "prediction": """\
+from hwopt.cost import speculative as _speculative
+
+
+def measured_acceptance(drafted, accepted):
+    return _speculative.acceptance_rate(accepted, max(drafted))
+
+
+def draft_len_table(acceptance, cost_ratio, max_k):
+    ks = range(max_k + 1)
+    return {"tokens_per_call": [_speculative.expected_tokens_per_step(acceptance, k) for k in ks],
+            "speedup": [_speculative.predicted_speedup(acceptance, k, cost_ratio) for k in ks],
+            "best_k": _speculative.best_draft_len(acceptance, cost_ratio, max_k)}
+""",
+}
 # Every assignment but the quiz, profiling and continuous_batching, where no glue around the toolkit earns a
 # point (tests/course/grading/test_samples.py measures what each adapter would score with the whole toolkit).
 ADAPTERS = {"roofline": ROOFLINE_ADAPTER, "memory_kv": MEMORY_KV_ADAPTER, "batching": BATCHING_ADAPTER,
             "latency_budget": LATENCY_BUDGET_ADAPTER, "bandwidth_precision": BANDWIDTH_PRECISION_ADAPTER,
             "fusion": FUSION_ADAPTER, "quantize": QUANTIZE_ADAPTER, "serving_queue": SERVING_QUEUE_ADAPTER,
             "beyond_one_chip": BEYOND_ONE_CHIP_ADAPTER, "kv_paging": KV_PAGING_ADAPTER,
-            "quantize_layer": QUANTIZE_LAYER_ADAPTER}
+            "quantize_layer": QUANTIZE_LAYER_ADAPTER, "speculative_decoding": SPECULATIVE_DECODING_ADAPTER}
 
 
 def v_adapter(a, release, good):  # no solution of its own: toolkit calls, arguments renamed and regrouped
@@ -956,6 +993,7 @@ STUDENTS: dict[str, Variant] = {
     "continuous_batching_slip": v_continuous_batching_slip,
     "kv_paging_slip": v_kv_paging_slip,
     "quantize_layer_slip": v_quantize_layer_slip,
+    "speculative_decoding_slip": v_speculative_decoding_slip,
 }
 ATTACKS_WITHOUT_WORK = ("transformer", "equals_anything", "toolkit", "read_source")
 ATTACKS_WITH_WORK = ("write_files", "signal", "flood")  # signal_next: graded right after signal
@@ -981,7 +1019,8 @@ FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "qu
         "beyond_one_chip": 10.0,
         "continuous_batching": 14.0,
         "kv_paging": 13.0,
-        "quantize_layer": 8.0}
+        "quantize_layer": 8.0,
+        "speculative_decoding": 12.0}
 # (student, assignment) -> (score, status) the grader must give.
 EXPECTED = {
     **{("correct", a): (FULL[a], "ok") for a in ALL},
@@ -1074,6 +1113,12 @@ EXPECTED = {
     # a scale per row loses RTN (2) and its edges (1: a group of zeros beside another); GPTQ, whose groups are
     # quantized one at a time, keeps its points
     ("quantize_layer_slip", "quantize_layer"): (5.0, "ok"),
+    # speculative_decoding (12): no bonus token (a step yields at most its guesses) keeps the greedy tokens
+    # but loses the calls and per-step lists (2)
+    ("wrong", "speculative_decoding"): (10.0, "ok"),
+    # guesses accepted after a disagreement lose verify (2) and, through it, the loop's tokens (2) and calls
+    # (2; the example's run accepts a guess after a rejection)
+    ("speculative_decoding_slip", "speculative_decoding"): (6.0, "ok"),
 }
 
 

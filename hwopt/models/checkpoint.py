@@ -168,8 +168,7 @@ def load(model="target", device="cpu", dtype=torch.float32) -> Llama:
     tensors = read_weights(folder)
     if config.tie_embeddings:
         tensors.pop("lm_head.weight", None)
-    with torch.device("meta"):
-        net = Llama(config)
+    net = Llama(config)  # on the CPU: the meta device's initialisation imports torch's compiler (1 s)
     expected = {name: p.shape for name, p in net.state_dict().items()
                 if not (config.tie_embeddings and name == "lm_head.weight")}
     missing = sorted(set(expected) - set(tensors))

@@ -5,8 +5,9 @@ import re
 import nbformat
 import pytest
 
+from hwopt.course import colab
 from hwopt.course.grading import samples
-from hwopt.course.grading.course import ASSIGNMENTS, load_notebook
+from hwopt.course.grading.course import ASSIGNMENTS, ROOT, load_notebook
 from hwopt.course.grading.notebooks import HIDDEN_BEGIN, hidden_region, strip_hidden_tests
 
 
@@ -96,3 +97,13 @@ def test_nothing_graded_depends_on_time_or_the_machine():
         for needle in ("import time", "perf_counter", "time.time", "torch.cuda", "probe",
                        "hwopt.machine.bench"):
             assert needle not in text, f"{assignment}: {needle}"
+
+
+def test_every_lesson_is_practised_by_a_graded_assignment():
+    """Lessons 1-12 each have an assignment besides the quiz whose **Lesson:** paragraph names it."""
+    practised = set()
+    for assignment in ASSIGNMENTS:
+        if assignment != "quiz":
+            lesson, _ = colab.assignment_facts(ROOT / "source" / assignment / f"{assignment}.ipynb")
+            practised |= {int(n) for n in re.findall(r"(?:^|\band |, |with )(\d+) \(", lesson)}
+    assert set(range(1, 13)) <= practised, sorted(set(range(1, 13)) - practised)

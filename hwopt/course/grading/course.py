@@ -29,7 +29,7 @@ ASSIGNMENTS = (  # in the order a class is graded
     "fusion",  # assignment 7
     "quantize", "profiling",  # assignments 6 and 8
     "memory_kv",  # assignment 9: weights + KV cache + activations, the largest batch that fits
-    "serving_queue",  # assignment 10: p99 with queueing under dynamic batching
+    "serving_queue",  # assignment 5: capacity at a p99 SLO under dynamic batching
     "beyond_one_chip",  # assignment 11: TP degree, decode bound with all-reduces, MoE bytes (lesson 12)
 )
 

@@ -54,7 +54,7 @@ def points_with_the_whole_toolkit(assignment: str) -> float:
     points = 0.0
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
-        if not meta.get("grade"):
+        if not meta.get("grade") or cell.cell_type != "code":  # a written answer is graded by people
             continue
         right = True
         for i, check in enumerate(ref.checks.get(meta["grade_id"], [])):
@@ -70,8 +70,8 @@ def points_with_the_whole_toolkit(assignment: str) -> float:
 # The adapter's points with the whole toolkit, measured: what the grading kernels' toolkit takes away. Not
 # attacked: the quiz (no toolkit function answers it) and profiling (the toolkit has no union of intervals nor
 # the fix table, and its Amdahl speedup refuses the infinite local speedup that part checks).
-WOULD_SCORE = {"roofline": 6.0, "memory_kv": 2.0, "batching": 8.0, "latency_budget": 10.0,
-               "bandwidth_precision": 6.0, "fusion": 5.0, "quantize": 10.0, "serving_queue": 6.0,
+WOULD_SCORE = {"roofline": 6.0, "memory_kv": 2.0, "batching": 5.0, "latency_budget": 9.0,
+               "bandwidth_precision": 6.0, "fusion": 5.0, "quantize": 10.0, "serving_queue": 5.0,
                "beyond_one_chip": 6.0}
 
 

@@ -50,7 +50,7 @@ def test_hidden_cases_differ_between_students(reference):
 
 @pytest.mark.parametrize("grade_id", ["test_fit_measured", "test_fit_relative"])
 def test_the_fit_is_numpys_weighted_least_squares(reference, grade_id):
-    fit = reference.namespace["fit_latency_model"]
+    fit = reference.namespace["fit_batch_latency"]
     for student in STUDENTS:
         for _, cases in drawn(reference, grade_id, student):
             for one in (c for c in cases if not c.must_name):

@@ -73,12 +73,12 @@ _handle.update("U" * {FLOOD_MIB} * 2**20)  # last: the cell's output past the ca
 """
 CAPTURE = """
 _captured = []
-_fit_latency_model = fit_latency_model
+_fit_batch_latency = fit_batch_latency
 
 
-def fit_latency_model(*args, **kwargs):  # the graded function, keeping every argument the grader passes
+def fit_batch_latency(*args, **kwargs):  # the graded function, keeping every argument the grader passes
     _captured.append((args, kwargs))
-    return _fit_latency_model(*args, **kwargs)
+    return _fit_batch_latency(*args, **kwargs)
 """
 PRINT_CAPTURED = "\nprint('CAPTURED:', _captured)\n"
 SLEEP = "\nimport time\ntime.sleep({s})\n"

@@ -267,8 +267,8 @@ def largest_batch_within_budget(batch_sizes, latencies_ms, budget_ms):
 
 def v_stderr(a, release, good):
     if a == "batching":  # correct, and noisy on stderr (warnings module and plain prints)
-        return edit(good, "fit", "def fit_latency_model(batch_sizes, latencies_ms, relative=False):\n",
-                    "def fit_latency_model(batch_sizes, latencies_ms, relative=False):\n"
+        return edit(good, "fit", "def fit_batch_latency(batch_sizes, latencies_ms, relative=False):\n",
+                    "def fit_batch_latency(batch_sizes, latencies_ms, relative=False):\n"
                     "    import sys, warnings\n"
                     "    warnings.warn('this function is deprecated', DeprecationWarning)\n"
                     "    warnings.warn('a user warning')\n"
@@ -555,7 +555,7 @@ def _sweep(batch_sizes, latencies_ms):
 BATCHING_ADAPTER = {  # the toolkit's fit, its line's throughput and its verdict on where the line misses
     "fit": SWEEP + """
 
-def fit_latency_model(batch_sizes, latencies_ms, relative=False):
+def fit_batch_latency(batch_sizes, latencies_ms, relative=False):
     fit = _batching.fit_latency_model(batch_sizes, latencies_ms, relative=relative)
     return {"overhead_ms": fit.overhead_ms, "per_item_ms": fit.per_item_ms}
 """,

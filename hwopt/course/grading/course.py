@@ -31,6 +31,7 @@ ASSIGNMENTS = (  # in the order a class is graded
     "memory_kv",  # assignment 9: weights + KV cache + activations, the largest batch that fits
     "serving_queue",  # assignment 5: capacity at a p99 SLO under dynamic batching
     "beyond_one_chip",  # assignment 11: TP degree, decode bound with all-reduces, MoE bytes (lesson 12)
+    "continuous_batching",  # a scheduler step, a trace's TTFT/TPOT/goodput, the best policy (lessons 8, 11)
 )
 
 

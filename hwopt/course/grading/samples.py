@@ -140,7 +140,31 @@ def v_wrong(a, release, good):
     if a == "beyond_one_chip":  # the KV cache split over every chip, as if there were a KV head for each
         return edit(good, "memory", 'bytes_per_value / min(tp, model["n_kv_heads"]) / 1e9',
                     "bytes_per_value / tp / 1e9")
+    if a == "continuous_batching":  # prompt chunks scheduled before the decodes, which get what is left
+        return edit(good, "step", CONTINUOUS_BATCHING_DECODES_FIRST, CONTINUOUS_BATCHING_PREFILLS_FIRST)
     return good
+
+
+CONTINUOUS_BATCHING_DECODES_FIRST = """\
+    for seq in running:  # 1. every decoding sequence: one token
+        if seq["prompt_left"] == 0:
+            step[seq["id"]] = 1
+            budget -= 1
+    for seq in running:  # 2. prompts in flight, oldest first: a chunk each while the budget lasts
+        if seq["prompt_left"] > 0 and budget > 0:
+            step[seq["id"]] = min(seq["prompt_left"], budget)
+            budget -= step[seq["id"]]
+"""
+CONTINUOUS_BATCHING_PREFILLS_FIRST = """\
+    for seq in running:  # prompts in flight first, oldest first: a chunk each while the budget lasts
+        if seq["prompt_left"] > 0 and budget > 0:
+            step[seq["id"]] = min(seq["prompt_left"], budget)
+            budget -= step[seq["id"]]
+    for seq in running:  # then each decoding sequence the budget still holds: one token
+        if seq["prompt_left"] == 0 and budget > 0:
+            step[seq["id"]] = 1
+            budget -= 1
+"""
 
 
 def v_memory_kv_slip(a, release, good):
@@ -160,6 +184,23 @@ def v_beyond_one_chip_slip(a, release, good):
     if a == "beyond_one_chip":  # the ring all-reduce sends each byte once: (p - 1)/p, not 2 (p - 1)/p
         return edit(good, "allreduce", "+ 2 * (n_chips - 1) / n_chips * message_bytes",
                     "+ (n_chips - 1) / n_chips * message_bytes")
+    return good
+
+
+def v_continuous_batching_slip(a, release, good):
+    if a == "continuous_batching":  # a chunked prompt's first token counted when its first chunk runs
+        return edit(good, "simulate", """\
+                seq["prompt_left"] -= step[i]
+                if seq["prompt_left"] == 0:  # the last chunk's logits give the first token
+                    made[i] += 1
+                    first_ms[i] = now
+""", """\
+                if seq["prompt_left"] == requests[i]["prompt_len"]:  # the prompt's first chunk
+                    first_ms[i] = now
+                seq["prompt_left"] -= step[i]
+                if seq["prompt_left"] == 0:
+                    made[i] += 1
+""")
     return good
 
 
@@ -753,8 +794,8 @@ def moe_weights_read_gb(n_experts, experts_per_token, batch_size, expert_gb, sha
     return shared_gb + _moe.expected_distinct_experts(n_experts, experts_per_token, batch_size) * expert_gb
 """,
 }
-# Every assignment but the quiz and profiling, where no glue around the toolkit earns a point
-# (tests/course/grading/test_samples.py measures what each adapter would score with the whole toolkit).
+# Every assignment but the quiz, profiling and continuous_batching, where no glue around the toolkit earns a
+# point (tests/course/grading/test_samples.py measures what each adapter would score with the whole toolkit).
 ADAPTERS = {"roofline": ROOFLINE_ADAPTER, "memory_kv": MEMORY_KV_ADAPTER, "batching": BATCHING_ADAPTER,
             "latency_budget": LATENCY_BUDGET_ADAPTER, "bandwidth_precision": BANDWIDTH_PRECISION_ADAPTER,
             "fusion": FUSION_ADAPTER, "quantize": QUANTIZE_ADAPTER, "serving_queue": SERVING_QUEUE_ADAPTER,
@@ -828,6 +869,7 @@ STUDENTS: dict[str, Variant] = {
     "memory_kv_slip": v_memory_kv_slip,
     "serving_queue_slip": v_serving_queue_slip,
     "beyond_one_chip_slip": v_beyond_one_chip_slip,
+    "continuous_batching_slip": v_continuous_batching_slip,
 }
 ATTACKS_WITHOUT_WORK = ("transformer", "equals_anything", "toolkit", "read_source")
 ATTACKS_WITH_WORK = ("write_files", "signal", "flood")  # signal_next: graded right after signal
@@ -850,7 +892,8 @@ FULL = {"batching": 9.0, "bandwidth_precision": 8.0, "latency_budget": 11.0, "qu
         "quantize": 12.0, "profiling": 10.0,  # assignments 6 and 8
         "memory_kv": 10.0,
         "serving_queue": 15.0,
-        "beyond_one_chip": 10.0}
+        "beyond_one_chip": 10.0,
+        "continuous_batching": 14.0}
 # (student, assignment) -> (score, status) the grader must give.
 EXPECTED = {
     **{("correct", a): (FULL[a], "ok") for a in ALL},
@@ -924,6 +967,12 @@ EXPECTED = {
     ("wrong", "beyond_one_chip"): (5.0, "ok"),
     # the ring all-reduce with each byte sent once loses both all-reduce parts (1 + 1) and the decode step (2)
     ("beyond_one_chip_slip", "beyond_one_chip"): (6.0, "ok"),
+    # continuous_batching (14): prompt chunks before the decodes starve the decoding sequences: loses the step
+    # (2: a long prompt in flight takes the budget), the loaded traces (3) and the best policy (3)
+    ("wrong", "continuous_batching"): (6.0, "ok"),
+    # the first token counted at a chunked prompt's first chunk: TTFT too early and TPOT too long, so loses
+    # the requests served alone (2), the loaded traces (3) and the best policy (3)
+    ("continuous_batching_slip", "continuous_batching"): (6.0, "ok"),
 }
 
 

@@ -9,6 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from distributed import Client
 
+from hwopt.course.grading import judge
+
 
 def skip_outside_ci(reason: str) -> None:
     """Skip the test for reason; in CI (CI=true), where `make test` installs what is missing, fail instead."""
@@ -118,3 +120,29 @@ def nesting_problems(events) -> int:
                 problems += start < enclosing.pop()[1]
             enclosing.append((start, end))
     return problems
+
+
+def drawn(reference, assignment: str, grade_id: str, student: str) -> list[tuple]:
+    """Each check of an assignment's grade cell with the cases a student draws: [(check, cases)] (a fixed
+    secret)."""
+    def rng(index):
+        return judge.case_rng(b"test secret", assignment=assignment, notebook=assignment, grade_id=grade_id,
+                              student=student, index=index)
+
+    return [(check, judge.draw(check, rng(i))) for i, check in enumerate(reference.checks[grade_id])]
+
+
+def check_reference_and_draws(reference, assignment: str, students=("ada", "grace")) -> None:
+    """The reference passes its own checks for each student (a value where one is expected, the named error
+    where one is), and each grade cell draws other cases for each student."""
+    for grade_id in reference.checks:
+        for student in students:
+            for check, cases in drawn(reference, assignment, grade_id, student):
+                for one, want in zip(cases, reference.expected(check, cases), strict=True):
+                    assert judge.judge_case(check, one, want, want) is None, (grade_id, one.about)
+                    assert ("raised" in want) == bool(one.must_name), (grade_id, one.about, want)
+                    if one.must_name:
+                        assert any(name in want["message"] for name in one.must_name), (one.about, want)
+        variables = [[one.variables for _, cases in drawn(reference, assignment, grade_id, student)
+                      for one in cases] for student in students]
+        assert all(a != b for a, b in zip(variables, variables[1:], strict=False)), grade_id

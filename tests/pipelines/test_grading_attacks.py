@@ -73,12 +73,12 @@ _handle.update("U" * {FLOOD_MIB} * 2**20)  # last: the cell's output past the ca
 """
 CAPTURE = """
 _captured = []
-_throughput_per_s = throughput_per_s
+_fit_batch_latency = fit_batch_latency
 
 
-def throughput_per_s(*args, **kwargs):  # the graded function, keeping every argument the grader passes
+def fit_batch_latency(*args, **kwargs):  # the graded function, keeping every argument the grader passes
     _captured.append((args, kwargs))
-    return _throughput_per_s(*args, **kwargs)
+    return _fit_batch_latency(*args, **kwargs)
 """
 PRINT_CAPTURED = "\nprint('CAPTURED:', _captured)\n"
 SLEEP = "\nimport time\ntime.sleep({s})\n"
@@ -148,9 +148,9 @@ def attacked(tmp_path_factory):
     (extra / "notes.txt").write_text("a file beside the notebook")
     (extra / "data").mkdir()
     (extra / "data" / "x.csv").write_text("1,2\n")
-    write(folder, "channels", appended(solved(), "throughput", CHANNELS))
-    capture = appended(solved(), "throughput", CAPTURE)
-    write(folder, "capture", appended(capture, "flattening", PRINT_CAPTURED))
+    write(folder, "channels", appended(solved(), "fit", CHANNELS))
+    capture = appended(solved(), "fit", CAPTURE)
+    write(folder, "capture", appended(capture, "misses", PRINT_CAPTURED))
     write(folder, "honest")
     log = folder.parent / "grader.log"
     rows = grade_course(folder, log, timeout_s=ATTACK_TIMEOUT_S)
@@ -241,9 +241,9 @@ def test_feedback_withholds_what_the_kernel_printed_after_the_hidden_cases(attac
 def test_a_notebook_that_sleeps_through_every_cell_stops_at_the_notebooks_time_cap(tmp_path):
     folder = prepared(tmp_path / "course")
     nb = solved()
-    for grade_id in ("throughput", "best_batch"):
+    for grade_id in ("fit", "knee"):
         appended(nb, grade_id, SLEEP.format(s=6))
-    write(folder, "sleeper", appended(nb, "flattening", IGNORE_INTERRUPT))
+    write(folder, "sleeper", appended(nb, "misses", IGNORE_INTERRUPT))
     cap_s = 25
     rows = grade_course(folder, tmp_path / "grader.log", timeout_s=8,
                         **{settings.NOTEBOOK_TIMEOUT_S.name: str(cap_s)})
@@ -251,7 +251,7 @@ def test_a_notebook_that_sleeps_through_every_cell_stops_at_the_notebooks_time_c
     assert row["status"] == "ok" and "the notebook's time cap was reached" in row["notes"]
     assert float(row["score"]) < FULL  # the parts after the cap score 0
     assert float(row["seconds"]) < cap_s + 30  # the cap, plus the kernel's start, feedback and the gradebook
-    last = samples.cell(autograded(folder, "sleeper"), "test_flattening")
+    last = samples.cell(autograded(folder, "sleeper"), "test_misses")
     assert f"the notebook's {cap_s} s ran out" in str(last.outputs)
 
 

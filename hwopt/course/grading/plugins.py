@@ -133,6 +133,19 @@ class RestoreCellMetadata(NbGraderPreprocessor):
                     cell.metadata["nbgrader"] = copy.deepcopy(meta[name])
                     present.add(name)
                     break
+        # Answers that lost their metadata (a written answer, edited): the cell of the same type right after
+        # the restored cell that precedes them in the source (nbgrader cannot place a missing grade cell after
+        # a cell that is neither a grade nor a solution cell, such as a written answer's question)
+        where = {c.metadata.get("nbgrader", {}).get("grade_id"): i for i, c in enumerate(nb.cells)}
+        for (before, _, _, _), (name, cell_type, _, _) in zip(template, template[1:], strict=False):
+            after = where.get(before, len(nb.cells)) + 1
+            if name in solutions and name not in present and after < len(nb.cells):
+                cell = nb.cells[after]
+                if cell.cell_type == cell_type and not cell.metadata.get("nbgrader", {}).get("grade_id"):
+                    self.log.warning("Restoring nbgrader metadata of cell %s (matched by its place)", name)
+                    cell.metadata["nbgrader"] = copy.deepcopy(meta[name])
+                    present.add(name)
+                    where[name] = after
         self._restore_written_answers(nb, template, meta, present)
         return nb, resources
 

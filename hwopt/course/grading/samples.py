@@ -116,8 +116,8 @@ def v_wrong(a, release, good):
             right[qid] = "abcd"[("abcd".index(right[qid]) + 1) % 4]
         c.source = f"answers = {right!r}"
         return good
-    if a == "batching":  # the flattening point taken as the largest batch that reaches the fraction
-        return edit(good, "flattening", "    return min(reaching)", "    return max(reaching)")
+    if a == "batching":  # the relative fit weighted by 1 / latency, not 1 / latency**2 (squared residuals)
+        return edit(good, "fit", "1 / latency_ms**2 if relative", "1 / latency_ms if relative")
     if a == "bandwidth_precision":  # model size in GiB (2**30 bytes) where GB (1e9 bytes) was asked
         return edit(good, "model_size", "BYTES_PER_WEIGHT[precision] / 1e9",
                     "BYTES_PER_WEIGHT[precision] / 2**30")
@@ -193,9 +193,9 @@ def v_memory_kv_slip(a, release, good):
 
 
 def v_serving_queue_slip(a, release, good):
-    if a == "serving_queue":  # the p99 one rank too high: rank ceil(0.99 n) used as a 0-based index
-        return edit(good, "percentile", "ordered[math.ceil(percent * len(ordered) / 100) - 1]",
-                    "ordered[min(len(ordered) - 1, math.ceil(percent * len(ordered) / 100))]")
+    if a == "serving_queue":  # the capacity as the highest rate that meets the SLO, lighter loads unchecked
+        return edit(good, "capacity", "break  # a lighter load already misses: no heavier one counts",
+                    "continue  # a rate that misses is skipped")
     return good
 
 
@@ -255,9 +255,8 @@ def _graded_id(nb) -> str:
 
 
 def v_batching_slip(a, release, good):
-    if a == "batching":  # throughput with the latency left in milliseconds: items per ms, not per s
-        return edit(good, "throughput", "    return batch_size / (latency_ms / 1000)",
-                    "    return batch_size / latency_ms")
+    if a == "batching":  # the knee rounded down: a batch just short of the fraction
+        return edit(good, "knee", "max(1, math.ceil(", "max(1, math.floor(")
     return good
 
 
@@ -296,9 +295,9 @@ def v_fusion_slip(a, release, good):
 
 
 def v_raises(a, release, good):
-    if a == "batching":  # the flattening part raises, the rest is right
-        return edit(good, "flattening", "    best_batch, best_throughput_per_s",
-                    "    raise RuntimeError('not finished')\n    best_batch, best_throughput_per_s")
+    if a == "batching":  # the misses part raises, the rest is right
+        return edit(good, "misses", "    return sorted(b for b",
+                    "    raise RuntimeError('not finished')\n    return sorted(b for b")
     return good
 
 
@@ -341,12 +340,12 @@ def largest_batch_within_budget(batch_sizes, latencies_ms, budget_ms):
 
 def v_stderr(a, release, good):
     if a == "batching":  # correct, and noisy on stderr (warnings module and plain prints)
-        return edit(good, "throughput", "def throughput_per_s(batch_size, latency_ms):\n",
-                    "def throughput_per_s(batch_size, latency_ms):\n"
+        return edit(good, "fit", "def fit_batch_latency(batch_sizes, latencies_ms, relative=False):\n",
+                    "def fit_batch_latency(batch_sizes, latencies_ms, relative=False):\n"
                     "    import sys, warnings\n"
                     "    warnings.warn('this function is deprecated', DeprecationWarning)\n"
                     "    warnings.warn('a user warning')\n"
-                    "    print('Warning: computing throughput', file=sys.stderr)\n")
+                    "    print('Warning: fitting a line', file=sys.stderr)\n")
     return good
 
 
@@ -631,20 +630,30 @@ def _sweep(batch_sizes, latencies_ms):
     return _batching.BatchSweep(tuple(batch_sizes), timings)
 """  # a table of (batch size, latency) as the toolkit's measured sweep, one timing per size, errors renamed
 
-BATCHING_ADAPTER = {  # throughputs, the best batch and the knee of the toolkit's sweep
-    "throughput": SWEEP + """
+BATCHING_ADAPTER = {  # the toolkit's fit, its line's throughput and its verdict on where the line misses
+    "fit": SWEEP + """
 
-def throughput_per_s(batch_size, latency_ms):
-    return _sweep([batch_size], [latency_ms]).throughputs_per_s[0]
+def fit_batch_latency(batch_sizes, latencies_ms, relative=False):
+    fit = _batching.fit_latency_model(batch_sizes, latencies_ms, relative=relative)
+    return {"overhead_ms": fit.overhead_ms, "per_item_ms": fit.per_item_ms}
 """,
-    "best_batch": """\
-def best_batch_size(batch_sizes, latency_fn):
-    sweep = _sweep(batch_sizes, [latency_fn(b) for b in batch_sizes])
-    return sweep.best_batch, max(sweep.throughputs_per_s)
+    "knee": """\
+import numpy as _np
+
+
+def knee_batch_size(overhead_ms, per_item_ms, fraction):
+    fit = _batching.LatencyFit(overhead_ms, per_item_ms, 0.0, 0.0)
+    sizes = _np.arange(1, 10**6)
+    return int(sizes[_np.argmax(sizes / fit.latency_ms(sizes) * 1000 >= fraction * fit.max_items_per_s)])
 """,
-    "flattening": """\
-def flattening_batch_size(batch_sizes, latency_fn, fraction=0.9):
-    return _sweep(batch_sizes, [latency_fn(b) for b in batch_sizes]).knee(fraction)
+    "misses": r"""
+import re as _re
+
+
+def fit_misses(batch_sizes, latencies_ms, overhead_ms, per_item_ms, tolerance):
+    fit = _batching.LatencyFit(overhead_ms, per_item_ms, 0.0, 0.0)
+    verdict = _batching.fit_verdict(fit, _sweep(batch_sizes, latencies_ms), tolerance)
+    return sorted(int(b) for b in _re.findall(r"batch (\d+): [^;()]*? ms measured", verdict))
 """,
 }
 
@@ -764,7 +773,7 @@ def round_trip_error(weights, bits, symmetric, granularity, group_size=None):
 """,
 }
 
-SERVING_QUEUE_ADAPTER = {  # the toolkit's simulator, its random arrivals replaced by the given ones
+SERVING_QUEUE_ADAPTER = {  # the toolkit's simulator and p99, its random arrivals replaced by the given ones
     "simulate": """\
 import numpy as _np
 
@@ -785,11 +794,10 @@ def end_to_end_latencies_ms(arrivals_ms, max_batch_size, max_wait_ms, overhead_m
     stats = _simulated(arrivals_ms, max_batch_size, max_wait_ms, overhead_ms, per_item_ms)
     return stats.latencies_ms.tolist()
 """,
-    "within": """\
-def largest_max_batch_within(budget_ms, arrivals_ms, candidates, max_wait_ms, overhead_ms, per_item_ms):
-    p99_ms = {b: _simulated(arrivals_ms, b, max_wait_ms, overhead_ms, per_item_ms).p99_ms for b in candidates}
-    fitting = [b for b in candidates if p99_ms[b] <= budget_ms]
-    return (max(fitting), p99_ms[max(fitting)]) if fitting else (None, None)
+    "capacity": """\
+def p99_at_rate_ms(rate_per_s, max_batch_size, max_wait_ms, overhead_ms, per_item_ms, n_requests, seed):
+    arrivals_ms = poisson_arrivals_ms(rate_per_s, n_requests, seed)
+    return _simulated(arrivals_ms, max_batch_size, max_wait_ms, overhead_ms, per_item_ms).p99_ms
 """,
 }
 
@@ -1010,12 +1018,12 @@ TARGETS = {"correct": ALL, "blank": ALL, "wrong": ALL, "raises": ("batching",), 
            "quiz_guess": ("quiz",),
            **{name: ATTACKED for name in (*ATTACKS_WITHOUT_WORK, *ATTACKS_WITH_WORK, "signal_next")},
            **{f"{a}_slip": (a,) for a in ALL if a != "latency_budget"}}  # latency_budget: the samples above
-FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "quiz": 10.0,
+FULL = {"batching": 9.0, "bandwidth_precision": 8.0, "latency_budget": 11.0, "quiz": 10.0,
         "roofline": 12.0,
         "fusion": 11.0,
         "quantize": 12.0, "profiling": 12.0,  # assignments 6 and 8
         "memory_kv": 10.0,
-        "serving_queue": 11.0,
+        "serving_queue": 15.0,
         "beyond_one_chip": 10.0,
         "continuous_batching": 14.0,
         "kv_paging": 13.0,
@@ -1025,7 +1033,7 @@ FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "qu
 EXPECTED = {
     **{("correct", a): (FULL[a], "ok") for a in ALL},
     **{("blank", a): (0.0, "ok") for a in ALL},
-    ("wrong", "latency_budget"): (7.0, "ok"),  # on-budget (1), duplicates (2), model at 100 ms exactly (2)
+    ("wrong", "latency_budget"): (6.0, "ok"),  # on-budget (1), duplicates (2), model at 100 ms exactly (2)
     # wrong on the 1st, 3rd and 5th question: loses the cells of lessons 1-3, 4-6 and 7-8 (2 each)
     ("wrong", "quiz"): (4.0, "ok"),
     # a classmate's letters, graded on this student's own draw: for the id "quiz_slip" no cell has both
@@ -1034,24 +1042,24 @@ EXPECTED = {
     # no knowledge (the first formula, else the longest choice): chance, 0.69 of 10 on average over 2,000 ids
     # against 0.625 for random letters (tests/course/test_quiz.py); the id "quiz_guess" gets no cell right
     ("quiz_guess", "quiz"): (0.0, "ok"),
-    ("raises", "batching"): (6.0, "ok"),  # only the flattening part (2) raises
-    # the two cells where nothing fits time out: "nothing fits" (3, with the bad input) and the model (2)
+    ("raises", "batching"): (7.0, "ok"),  # only the misses part (2) raises
+    # the two cells where nothing fits time out: "nothing fits" (2, with the bad input) and the model (2)
     ("infinite_loop", "latency_budget"): (7.0, "ok"),
     ("sigint_loop", "latency_budget"): (7.0, "ok"),  # same, the kernel is restarted instead of interrupted
-    ("edited_tests", "latency_budget"): (9.0, "ok"),  # tests restored: "<" loses on-budget (1) and model (2)
+    ("edited_tests", "latency_budget"): (8.0, "ok"),  # tests restored: "<" loses on-budget (1) and model (2)
     # its default answer is "nothing fits", but that part also checks the bad input it lets through
     ("hardcoded", "latency_budget"): (0.0, "ok"),
-    ("stderr", "batching"): (8.0, "ok"),
+    ("stderr", "batching"): (9.0, "ok"),
     ("memory_hog", "bandwidth_precision"): (6.0, "ok"),  # MemoryError in Part 3 only
     ("invalid_json", "quiz"): (0.0, "invalid notebook"),
     ("missing", "latency_budget"): (0.0, "missing notebook"),
-    ("colab", "latency_budget"): (12.0, "ok"),
-    ("stripped", "latency_budget"): (12.0, "ok"),
+    ("colab", "latency_budget"): (11.0, "ok"),
+    ("stripped", "latency_budget"): (11.0, "ok"),
     **{(name, a): (0.0, "ok") for name in ATTACKS_WITHOUT_WORK for a in ATTACKED},
     # glue around the toolkit's own functions: a grading kernel's toolkit has none of them
     **{("adapter", a): (0.0, "ok") for a in ADAPTERS},
     **{(name, a): (FULL[a], "ok") for name in (*ATTACKS_WITH_WORK, "signal_next") for a in ATTACKED},
-    ("fork_bomb", "latency_budget"): (12.0, "ok"),
+    ("fork_bomb", "latency_budget"): (11.0, "ok"),
     # roofline (12): GEMM without C's write loses gemm (1), the kernel on a chip (1 + 2: its GEMM cases) and
     # the batch that turns a layer compute-bound (2 + 1: every answer is a GEMM's intensity)
     ("wrong", "roofline"): (5.0, "ok"),
@@ -1062,10 +1070,10 @@ EXPECTED = {
     ("wrong", "fusion"): (8.0, "ok"),
     # fusion: fusing across a two-consumer node loses fan-out (2) and epilogues (2, two_matmuls' scale)
     ("fusion_slip", "fusion"): (7.0, "ok"),
-    # batching (8): the largest batch reaching the fraction loses the flattening point (2)
-    ("wrong", "batching"): (6.0, "ok"),
-    # batching: items per millisecond loses throughput (2) and the best throughput of both sweeps (2 + 2)
-    ("batching_slip", "batching"): (2.0, "ok"),
+    # batching (9): relative weights 1 / latency (not squared) lose the relative fit (2)
+    ("wrong", "batching"): (7.0, "ok"),
+    # batching: the knee rounded down loses the knee (2)
+    ("batching_slip", "batching"): (7.0, "ok"),
     # bandwidth_precision (8): GiB for GB loses the model size (2), tokens/s (2) and chip tokens/s (2)
     ("wrong", "bandwidth_precision"): (2.0, "ok"),
     # bandwidth_precision: the lowest precision that is fast enough loses the precision for a target (2)
@@ -1084,12 +1092,12 @@ EXPECTED = {
     # n_heads for n_kv_heads keeps MHA's cache (1); GQA's cache, the totals, the largest batch and the
     # table are wrong
     ("memory_kv_slip", "memory_kv"): (1.0, "ok"),
-    # serving_queue (11): not waiting for the batch before loses queueing (2), largest within (2) and none
-    # within (1)
-    ("wrong", "serving_queue"): (6.0, "ok"),
-    # the p99 one rank too high loses the percentile (2), the edge of exactly 100 values (1) and largest
-    # within (2: its p99 is returned); "none within" holds (a higher p99 is over the budget too)
-    ("serving_queue_slip", "serving_queue"): (6.0, "ok"),
+    # serving_queue (15): not waiting for the batch before loses queueing (2), capacity (3), the best policy
+    # (2) and the tied policies (1: their p99 is wrong); the light-load capacity holds (0 either way)
+    ("wrong", "serving_queue"): (7.0, "ok"),
+    # the capacity as the highest rate that meets the SLO loses the light-load capacity (1): a long max wait
+    # misses at light load, and a heavier load meets
+    ("serving_queue_slip", "serving_queue"): (14.0, "ok"),
     # beyond_one_chip (10): the KV cache split over all tp chips, not min(tp, KV heads), loses the copied KV
     # heads (1), the TP degree (1) and "none fits" (1; each has a case past the KV heads), the decode step (2)
     ("wrong", "beyond_one_chip"): (5.0, "ok"),

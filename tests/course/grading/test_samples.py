@@ -73,8 +73,8 @@ def points_with_the_whole_toolkit(assignment: str) -> float:
 # continuous_batching (the toolkit's chunked-prefill simulator keeps decodes out of the token budget and gives
 # no time per output token per request; the load generator's goodput, fed the results, converts ms to s and
 # misses the cases that sit exactly on the SLO).
-WOULD_SCORE = {"roofline": 6.0, "memory_kv": 2.0, "batching": 8.0, "latency_budget": 10.0,
-               "bandwidth_precision": 6.0, "fusion": 5.0, "quantize": 10.0, "serving_queue": 6.0,
+WOULD_SCORE = {"roofline": 6.0, "memory_kv": 2.0, "batching": 5.0, "latency_budget": 9.0,
+               "bandwidth_precision": 6.0, "fusion": 5.0, "quantize": 10.0, "serving_queue": 5.0,
                "beyond_one_chip": 6.0, "kv_paging": 4.0, "quantize_layer": 6.0, "speculative_decoding": 4.0}
 
 

@@ -228,6 +228,9 @@ def v_kv_paging_slip(a, release, good):
         edit(good, "replay", "return lengths[seq] % block_size == 0 or refs[tables[seq][-1]] > 1",
              "return lengths[seq] % block_size == 0")
         return edit(good, "replay", "elif refs[table[-1]] > 1:", "elif False:")
+    return good
+
+
 def v_speculative_decoding_slip(a, release, good):
     if a == "speculative_decoding":  # accepts every guess the target agrees with, even after a disagreement
         return edit(good, "verify", "    accepted = 0\n    while accepted < len(guesses) and "

@@ -35,12 +35,12 @@ def test_make_grade_demo_runs_the_demo():
 
 def test_the_demo_names_every_sample_graded_otherwise_than_expected():
     row = SimpleNamespace
-    rows = [row(student="s1", assignment="batching", score=8.0, status="ok"),
-            row(student="s2", assignment="batching", score=8.0, status="ok"),
+    rows = [row(student="s1", assignment="batching", score=9.0, status="ok"),
+            row(student="s2", assignment="batching", score=9.0, status="ok"),
             row(student="s3", assignment="quiz", score=0.0, status="invalid notebook"),
             row(student="s4", assignment="quiz", score=10.0, status="ok")]
     students = {"s1": "correct", "s2": "wrong", "s3": "invalid_json", "s4": "raises"}  # s4: not its target
-    assert demo.unexpected(rows, students) == ["s2 (wrong) batching: got 8 (ok), expected 6 (ok)"]
+    assert demo.unexpected(rows, students) == ["s2 (wrong) batching: got 9 (ok), expected 7 (ok)"]
 
 
 def test_the_demo_checks_a_chance_score_only_under_the_samples_own_name():

@@ -31,6 +31,7 @@ ASSIGNMENTS = (  # in the order a class is graded
     "memory_kv",  # assignment 9: weights + KV cache + activations, the largest batch that fits
     "serving_queue",  # assignment 10: p99 with queueing under dynamic batching
     "beyond_one_chip",  # assignment 11: TP degree, decode bound with all-reduces, MoE bytes (lesson 12)
+    "number_formats",  # assignment 12: FP8, MXFP4 and NVFP4 bit by bit, on the trained model (lesson 9)
 )
 
 

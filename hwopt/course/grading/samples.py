@@ -140,6 +140,8 @@ def v_wrong(a, release, good):
     if a == "beyond_one_chip":  # the KV cache split over every chip, as if there were a KV head for each
         return edit(good, "memory", 'bytes_per_value / min(tp, model["n_kv_heads"]) / 1e9',
                     "bytes_per_value / tp / 1e9")
+    if a == "number_formats":  # rounds half away from zero (school rounding), not half to even
+        return edit(good, "fp8", "np.rint(magnitude / spacing)", "np.floor(magnitude / spacing + 0.5)")
     return good
 
 
@@ -160,6 +162,12 @@ def v_beyond_one_chip_slip(a, release, good):
     if a == "beyond_one_chip":  # the ring all-reduce sends each byte once: (p - 1)/p, not 2 (p - 1)/p
         return edit(good, "allreduce", "+ 2 * (n_chips - 1) / n_chips * message_bytes",
                     "+ (n_chips - 1) / n_chips * message_bytes")
+    return good
+
+
+def v_number_formats_slip(a, release, good):
+    if a == "number_formats":  # E4M3 read as IEEE-style (top exponent for inf/NaN): largest finite 240, not 448
+        return edit(good, "fp8", 'LARGEST = {"E4M3": 448.0,', 'LARGEST = {"E4M3": 240.0,')
     return good
 
 
@@ -745,12 +753,35 @@ def moe_weights_read_gb(n_experts, experts_per_token, batch_size, expert_gb, sha
     return shared_gb + _moe.expected_distinct_experts(n_experts, experts_per_token, batch_size) * expert_gb
 """,
 }
+NUMBER_FORMATS_ADAPTER = {  # the layer through the toolkit's quantizer (the bit patterns are nowhere in it)
+    "layer": """\
+from hwopt import quantization as _quantization
+
+
+def round_trip(weight, precision):
+    return _quantization.fake_quantize(weight, precision)
+
+
+def perplexity_with_layer(precision, layer):
+    weights = layer_weights(layer)
+    originals = {name: p.detach().clone() for name, p in weights.items()}
+    try:
+        with torch.no_grad():
+            for name, p in weights.items():
+                p.data.copy_(_quantization.fake_quantize(originals[name], precision))
+        return model_perplexity()
+    finally:
+        with torch.no_grad():
+            for name, p in weights.items():
+                p.data.copy_(originals[name])
+""",
+}
 # Every assignment but the quiz and profiling, where no glue around the toolkit earns a point
 # (tests/course/grading/test_samples.py measures what each adapter would score with the whole toolkit).
 ADAPTERS = {"roofline": ROOFLINE_ADAPTER, "memory_kv": MEMORY_KV_ADAPTER, "batching": BATCHING_ADAPTER,
             "latency_budget": LATENCY_BUDGET_ADAPTER, "bandwidth_precision": BANDWIDTH_PRECISION_ADAPTER,
             "fusion": FUSION_ADAPTER, "quantize": QUANTIZE_ADAPTER, "serving_queue": SERVING_QUEUE_ADAPTER,
-            "beyond_one_chip": BEYOND_ONE_CHIP_ADAPTER}
+            "beyond_one_chip": BEYOND_ONE_CHIP_ADAPTER, "number_formats": NUMBER_FORMATS_ADAPTER}
 
 
 def v_adapter(a, release, good):  # no solution of its own: toolkit calls, arguments renamed and regrouped
@@ -820,6 +851,7 @@ STUDENTS: dict[str, Variant] = {
     "memory_kv_slip": v_memory_kv_slip,
     "serving_queue_slip": v_serving_queue_slip,
     "beyond_one_chip_slip": v_beyond_one_chip_slip,
+    "number_formats_slip": v_number_formats_slip,
 }
 ATTACKS_WITHOUT_WORK = ("transformer", "equals_anything", "toolkit", "read_source")
 ATTACKS_WITH_WORK = ("write_files", "signal", "flood")  # signal_next: graded right after signal
@@ -842,7 +874,8 @@ FULL = {"batching": 8.0, "bandwidth_precision": 8.0, "latency_budget": 12.0, "qu
         "quantize": 12.0, "profiling": 10.0,  # assignments 6 and 8
         "memory_kv": 10.0,
         "serving_queue": 11.0,
-        "beyond_one_chip": 10.0}
+        "beyond_one_chip": 10.0,
+        "number_formats": 15.0}
 # (student, assignment) -> (score, status) the grader must give.
 EXPECTED = {
     **{("correct", a): (FULL[a], "ok") for a in ALL},
@@ -916,6 +949,12 @@ EXPECTED = {
     ("wrong", "beyond_one_chip"): (5.0, "ok"),
     # the ring all-reduce with each byte sent once loses both all-reduce parts (1 + 1) and the decode step (2)
     ("beyond_one_chip_slip", "beyond_one_chip"): (6.0, "ok"),
+    # number_formats (15): rounding half away from zero loses every part with ties: E4M3 (2), E5M2 (2),
+    # MXFP4 (3) and both layers (1 + 1: their visible round trips hold ties); its NVFP4 cases hold none
+    ("wrong", "number_formats"): (6.0, "ok"),
+    # E4M3 saturating at 240 (an IEEE-style reading) loses E4M3 (2), the round trip of fp8_value (1), NVFP4
+    # (3: its block scales reach 448) and both layers (1 + 1)
+    ("number_formats_slip", "number_formats"): (7.0, "ok"),
 }
 
 

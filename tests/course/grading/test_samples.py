@@ -72,7 +72,7 @@ def points_with_the_whole_toolkit(assignment: str) -> float:
 # the fix table, and its Amdahl speedup refuses the infinite local speedup that part checks).
 WOULD_SCORE = {"roofline": 6.0, "memory_kv": 2.0, "batching": 8.0, "latency_budget": 10.0,
                "bandwidth_precision": 6.0, "fusion": 5.0, "quantize": 10.0, "serving_queue": 6.0,
-               "beyond_one_chip": 6.0}
+               "beyond_one_chip": 6.0, "number_formats": 2.0}
 
 
 def test_every_assignment_the_toolkit_could_answer_has_an_adapter():

@@ -166,7 +166,7 @@ def v_beyond_one_chip_slip(a, release, good):
 
 
 def v_number_formats_slip(a, release, good):
-    if a == "number_formats":  # E4M3 read as IEEE-style (top exponent for inf/NaN): largest finite 240, not 448
+    if a == "number_formats":  # E4M3 read as IEEE-style (top exponent kept for inf/NaN): largest 240, not 448
         return edit(good, "fp8", 'LARGEST = {"E4M3": 448.0,', 'LARGEST = {"E4M3": 240.0,')
     return good
 

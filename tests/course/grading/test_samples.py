@@ -54,7 +54,7 @@ def points_with_the_whole_toolkit(assignment: str) -> float:
     points = 0.0
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
-        if not meta.get("grade"):
+        if not meta.get("grade") or cell.cell_type != "code":  # written answers are graded by people
             continue
         right = True
         for i, check in enumerate(ref.checks.get(meta["grade_id"], [])):

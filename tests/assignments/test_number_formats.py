@@ -39,9 +39,9 @@ def test_the_reference_passes_its_own_checks_and_each_student_draws_other_values
             for one, expected in zip(cases, ref.expected(check, cases), strict=True):
                 assert ("raised" in expected) == bool(one.must_name), (gid, one.about, expected)
                 assert judge.judge_case(check, one, expected, expected) is None, (gid, one.about)
-        if gid.startswith("test_layer"):  # 3 layers for each of 2 formats: ids share draws, but not all
+        if gid.startswith("test_layer"):  # 3 layers to draw from: ids share draws, but not all
             draws = {repr([c.variables for c in drawn(ref, f"student{i}")[gid][0]]) for i in range(12)}
-            assert len(draws) > 3, gid
+            assert len(draws) > 1, gid
         else:
             assert [[c.variables for c in cases] for cases in mine[gid]] != \
                    [[c.variables for c in cases] for cases in theirs[gid]], gid

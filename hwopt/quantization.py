@@ -279,7 +279,7 @@ def _float(groups: np.ndarray, f: formats.Format, whole: np.ndarray):
     enc, scale_enc, tensor_scale = f.encoding, f.scale_encoding, 1.0
     amax = np.abs(groups).max(axis=-1, keepdims=True).astype(np.float64)
     if not scale_enc.mantissa_bits:  # a power of two (E8M0): the OCP MX rule
-        exponent = np.floor(np.log2(np.where(amax > 0, amax, 1.0))) - enc.max_exponent
+        exponent = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1.0))) - enc.max_exponent, 0)
         scale = np.ldexp(1.0, np.clip(exponent, scale_enc.min_exponent, scale_enc.max_exponent).astype(int))
     else:
         if f.tensor_scale_format:  # NVFP4: the tensor's amax lands on the largest block scale x element

@@ -75,6 +75,8 @@ def test_zero_blocks_get_scale_one_and_round_trips_stay_within_half_a_step():
     q = quantization.quantize(w, "int8", per_channel=True, axis=0)  # a scale per column of w (K, N)
     assert q.scales[0, 0] == pytest.approx(1 / 127) and np.all(q.scales[0, 1:] == 1.0)
     assert q.codes[0, 0] == -127 and q.codes[-1, 0] == 127 and not q.codes[:, 1:].any()
+    for precision in ("mxfp4", "nvfp4", "fp8_e4m3"):  # a power-of-two scale too: 2^0, not 2^-emax
+        assert np.all(quantization.quantize(np.zeros((2, 64)), precision).scales == 1.0), precision
     rng = np.random.default_rng(0)
     w = rng.standard_normal((96, 64)).astype(np.float32)
     for precision, kwargs in [("int8", {"per_channel": True}), ("int4_g32", {}), ("int8", {"block": 32}),

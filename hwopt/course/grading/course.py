@@ -35,6 +35,7 @@ ASSIGNMENTS = (  # in the course's order, as their titles number them
     "memory_kv",  # 9: weights + KV cache + activations, the largest batch that fits (lessons 7, 8)
     "kv_paging",  # 10: a paged KV block allocator with prefix sharing; the decode bound (lesson 8)
     "continuous_batching",  # 11: a scheduler step, a trace's TTFT/TPOT/goodput, the best policy (8, 11)
+    "number_formats",  # 12: FP8, MXFP4 and NVFP4 bit by bit, on the trained model (lesson 9)
     "quantize_layer",  # 13: RTN and GPTQ on a layer of the trained model (lessons 4, 9)
     "speculative_decoding",  # 14: the draft-verify-accept loop on the trained models (lesson 10)
     "beyond_one_chip",  # 15: TP degree, decode bound with all-reduces, MoE bytes (lesson 12)

@@ -154,6 +154,8 @@ def v_wrong(a, release, good):
         return edit(good, "speculative", 'ids += guesses[:step["accepted"]] + [step["next_token"]]',
                     'ids += guesses[:step["accepted"]]\n        if step["accepted"] < m:\n'
                     '            ids.append(step["next_token"])')
+    if a == "number_formats":  # rounds half away from zero (school rounding), not half to even
+        return edit(good, "fp8", "np.rint(magnitude / spacing)", "np.floor(magnitude / spacing + 0.5)")
     return good
 
 
@@ -236,6 +238,12 @@ def v_speculative_decoding_slip(a, release, good):
         return edit(good, "verify", "    accepted = 0\n    while accepted < len(guesses) and "
                     "guesses[accepted] == choices[accepted]:\n        accepted += 1\n",
                     "    accepted = sum(guess == choice for guess, choice in zip(guesses, choices))\n")
+    return good
+
+
+def v_number_formats_slip(a, release, good):
+    if a == "number_formats":  # E4M3 read as IEEE-style (top exponent kept for inf/NaN): largest 240, not 448
+        return edit(good, "fp8", 'LARGEST = {"E4M3": 448.0,', 'LARGEST = {"E4M3": 240.0,')
     return good
 
 
@@ -925,13 +933,37 @@ def draft_len_table(acceptance, cost_ratio, max_k):
             "best_k": _speculative.best_draft_len(acceptance, cost_ratio, max_k)}
 """,
 }
+NUMBER_FORMATS_ADAPTER = {  # the layer through the toolkit's quantizer (the bit patterns are nowhere in it)
+    "layer": """\
+from hwopt import quantization as _quantization
+
+
+def round_trip(weight, precision):
+    return _quantization.fake_quantize(weight, precision)
+
+
+def perplexity_with_layer(precision, layer):
+    weights = layer_weights(layer)
+    originals = {name: p.detach().clone() for name, p in weights.items()}
+    try:
+        with torch.no_grad():
+            for name, p in weights.items():
+                p.data.copy_(_quantization.fake_quantize(originals[name], precision))
+        return model_perplexity()
+    finally:
+        with torch.no_grad():
+            for name, p in weights.items():
+                p.data.copy_(originals[name])
+""",
+}
 # Every assignment but the quiz, profiling and continuous_batching, where no glue around the toolkit earns a
 # point (tests/course/grading/test_samples.py measures what each adapter would score with the whole toolkit).
 ADAPTERS = {"roofline": ROOFLINE_ADAPTER, "memory_kv": MEMORY_KV_ADAPTER, "batching": BATCHING_ADAPTER,
             "latency_budget": LATENCY_BUDGET_ADAPTER, "bandwidth_precision": BANDWIDTH_PRECISION_ADAPTER,
             "fusion": FUSION_ADAPTER, "quantize": QUANTIZE_ADAPTER, "serving_queue": SERVING_QUEUE_ADAPTER,
             "beyond_one_chip": BEYOND_ONE_CHIP_ADAPTER, "kv_paging": KV_PAGING_ADAPTER,
-            "quantize_layer": QUANTIZE_LAYER_ADAPTER, "speculative_decoding": SPECULATIVE_DECODING_ADAPTER}
+            "number_formats": NUMBER_FORMATS_ADAPTER, "quantize_layer": QUANTIZE_LAYER_ADAPTER,
+            "speculative_decoding": SPECULATIVE_DECODING_ADAPTER}
 
 
 def v_adapter(a, release, good):  # no solution of its own: toolkit calls, arguments renamed and regrouped
@@ -1005,6 +1037,7 @@ STUDENTS: dict[str, Variant] = {
     "kv_paging_slip": v_kv_paging_slip,
     "quantize_layer_slip": v_quantize_layer_slip,
     "speculative_decoding_slip": v_speculative_decoding_slip,
+    "number_formats_slip": v_number_formats_slip,
 }
 ATTACKS_WITHOUT_WORK = ("transformer", "equals_anything", "toolkit", "read_source")
 ATTACKS_WITH_WORK = ("write_files", "signal", "flood")  # signal_next: graded right after signal
@@ -1031,6 +1064,7 @@ FULL = {"batching": 9.0, "bandwidth_precision": 8.0, "latency_budget": 11.0, "qu
         "continuous_batching": 14.0,
         "kv_paging": 13.0,
         "quantize_layer": 8.0,
+        "number_formats": 15.0,
         "speculative_decoding": 12.0}
 # (student, assignment) -> (score, status) the grader must give.
 EXPECTED = {
@@ -1130,6 +1164,13 @@ EXPECTED = {
     # guesses accepted after a disagreement lose verify (2) and, through it, the loop's tokens (2) and calls
     # (2; the example's run accepts a guess after a rejection)
     ("speculative_decoding_slip", "speculative_decoding"): (6.0, "ok"),
+    # number_formats (15): rounding half away from zero loses every part with ties: E4M3 (2), E5M2 (2),
+    # MXFP4 (3) and both layers (1 + 1: layer 0 in E4M3 moves 5e-4, a layer in MXFP4 5e-4 to 3e-3, past the
+    # 1e-4 the layers are judged within); its NVFP4 cases hold no ties
+    ("wrong", "number_formats"): (6.0, "ok"),
+    # E4M3 saturating at 240 (an IEEE-style reading) loses E4M3 (2), NVFP4 (3: its block scales reach 448)
+    # and both layers (1 + 1: any layer in E4M3 or NVFP4 moves 6e-4 or more); decoding holds (fp8_value)
+    ("number_formats_slip", "number_formats"): (8.0, "ok"),
 }
 
 

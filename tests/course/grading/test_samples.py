@@ -75,7 +75,8 @@ def points_with_the_whole_toolkit(assignment: str) -> float:
 # misses the cases that sit exactly on the SLO).
 WOULD_SCORE = {"roofline": 6.0, "memory_kv": 2.0, "batching": 5.0, "latency_budget": 9.0,
                "bandwidth_precision": 6.0, "fusion": 5.0, "quantize": 10.0, "serving_queue": 5.0,
-               "beyond_one_chip": 6.0, "kv_paging": 4.0, "quantize_layer": 6.0, "speculative_decoding": 4.0}
+               "beyond_one_chip": 6.0, "kv_paging": 4.0, "quantize_layer": 6.0, "speculative_decoding": 4.0,
+               "number_formats": 2.0}
 
 
 def test_every_assignment_the_toolkit_could_answer_has_an_adapter():

@@ -242,7 +242,9 @@ def measure_honest(released: Path, *, quick: bool, n_students: int | None = None
         return report.grading_unavailable(_failure(exc, "the honest class run"))
     if len(rows) != len(written):
         return report.grading_unavailable(f"{len(written)} notebooks submitted, {len(rows)} graded")
-    short = [r for r in rows if r.status != "ok" or r.score != r.max_score or r.max_score <= 0]
+    # full marks: every automatic point (written answers wait for people: no autograde gives them)
+    short = [r for r in rows if r.status != "ok" or r.max_score <= 0
+             or r.score != samples.FULL.get(r.assignment, r.max_score)]
     return report.grading_row([r.seconds for r in rows], wall_s, cpu_s, students=n,
                               sandbox_reason=sandbox_reason, not_full_marks=len(short))
 

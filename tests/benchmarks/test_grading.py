@@ -121,8 +121,9 @@ def test_without_a_sandbox_the_honest_class_is_graded_unsandboxed_and_says_so(fa
 
 
 def test_an_honest_class_short_of_full_marks_or_failing_grading_gives_no_verdict(fake, tmp_path):
-    rows = [SimpleNamespace(status="ok", score=5.0, max_score=5.0, seconds=0.01),
-            SimpleNamespace(status="autograde failed", score=0.0, max_score=5.0, seconds=0.01)]
+    rows = [SimpleNamespace(assignment="a", status="ok", score=5.0, max_score=5.0, seconds=0.01),
+            SimpleNamespace(assignment="b", status="autograde failed", score=0.0, max_score=5.0,
+                            seconds=0.01)]
     fake(rows=rows)
     row = grading.measure_honest(tmp_path, quick=True, n_students=1)  # 2 assignments: 2 notebooks
     assert row["not_full_marks"] == 1 and row["verdict"] == report.UNAVAILABLE

@@ -84,7 +84,8 @@ def test_lms_zip_with_a_colab_download_is_collected_graded_and_exported(folder):
     nbgrader(folder, "autograde", "latency_budget")
     nbgrader(folder, "generate_feedback", "latency_budget")
 
-    assert exported(folder, "latency_budget") == {"ada": 12.0, "grace": 12.0}
+    full = samples.FULL["latency_budget"]
+    assert exported(folder, "latency_budget") == {"ada": full, "grace": full}
     for student in ("ada", "grace"):
         page = (folder / "feedback" / student / "latency_budget" / "latency_budget.html").read_text()
         assert not submission.feedback_leaks(page, submission.hidden_lines("latency_budget"))
@@ -99,7 +100,7 @@ def test_a_student_who_signals_the_grader_does_not_stop_the_batch(folder):
             if other != "batching":
                 shutil.rmtree(folder / "submitted" / student / other, ignore_errors=True)
     nbgrader(folder, "autograde", "batching")
-    assert exported(folder, "batching") == {"a_signal": 8.0, "b_next": 8.0}
+    assert exported(folder, "batching") == dict.fromkeys(("a_signal", "b_next"), samples.FULL["batching"])
 
 
 def test_autograde_without_the_instructor_secret_grades_nobody(folder):

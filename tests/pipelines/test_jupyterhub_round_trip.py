@@ -333,8 +333,8 @@ def test_release_fetch_submit_collect_grade_and_feedback_through_the_hub(hub):
     with (folder / "grades_report.csv").open() as f:
         report = {row["student"]: row for row in csv.DictReader(f) if row["assignment"] == ASSIGNMENT}
     on_time, late = (report[name] for name in STUDENTS)
-    assert (float(on_time["score"]), float(on_time["late_penalty"]), on_time["status"]) == (8.0, 0.0, "ok")
-    assert (float(late["raw_score"]), float(late["late_penalty"]), float(late["score"])) == (8.0, 0.8, 7.2)
+    assert (float(on_time["score"]), float(on_time["late_penalty"]), on_time["status"]) == (9.0, 0.0, "ok")
+    assert (float(late["raw_score"]), float(late["late_penalty"]), float(late["score"])) == (9.0, 0.9, 8.1)
 
     # students fetch their feedback: the late one reads why points were taken
     for name in STUDENTS:
@@ -345,7 +345,7 @@ def test_release_fetch_submit_collect_grade_and_feedback_through_the_hub(hub):
         page = next(p for p in (hub.base / "home" / name / ASSIGNMENT / "feedback").glob("*/*.html"))
         text = page.read_text()
         if name == STUDENTS[1]:
-            assert "after the due date" in text and "Late penalty: 0.8 points" in text
+            assert "after the due date" in text and "Late penalty: 0.9 points" in text
         else:
             assert "before the due date" in text and "No late penalty" in text
     print(f"JupyterHub round trip: {time.perf_counter() - start:.1f} s")

@@ -25,13 +25,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grading_sandbox")]
 ASSIGNMENT = "batching"
 DUE = datetime(2027, 2, 1, 17, 0)  # UTC
 # student: (submitted, how it arrives), and the score under the course's policy (10% per started day late,
-# 0 points after 7 days; 8 points for a correct solution)
+# 0 points after 7 days; 9 automatic points for a correct solution)
 CLASS = {
-    "ada": (DUE - timedelta(hours=2), 8.0),  # on time
-    "bob": (DUE + timedelta(days=1, hours=12), 6.4),  # 2 started days late
+    "ada": (DUE - timedelta(hours=2), 9.0),  # on time
+    "bob": (DUE + timedelta(days=1, hours=12), 7.2),  # 2 started days late
     "cy": (DUE + timedelta(days=9), 0.0),  # more than 7 days late
-    "dee": (DUE + timedelta(days=2), 8.0),  # inside her 3-day extension
-    "eve": (None, 7.2),  # Canvas marked it LATE, with no time: 1 started day
+    "dee": (DUE + timedelta(days=2), 9.0),  # inside her 3-day extension
+    "eve": (None, 8.1),  # Canvas marked it LATE, with no time: 1 started day
 }
 
 
@@ -84,8 +84,8 @@ def read_csv(path: Path) -> list[list[str]]:
 def test_grades_report_takes_each_late_penalty_and_says_why(graded):
     folder, rows = graded
     assert {s: rows[s].score for s in CLASS} == {s: score for s, (_, score) in CLASS.items()}
-    assert {s: rows[s].raw_score for s in CLASS} == dict.fromkeys(CLASS, 8.0)
-    assert rows["bob"].late_penalty == 1.6 and rows["bob"].due_at == "2027-02-01 17:00 UTC"
+    assert {s: rows[s].raw_score for s in CLASS} == dict.fromkeys(CLASS, 9.0)
+    assert rows["bob"].late_penalty == pytest.approx(1.8) and rows["bob"].due_at == "2027-02-01 17:00 UTC"
     assert rows["bob"].submitted_at == "2027-02-03 05:00 UTC"
     assert rows["dee"].due_at == "2027-02-04 17:00 UTC"  # her extension
     assert any("2 started days late" in note for note in rows["bob"].notes)
@@ -93,17 +93,17 @@ def test_grades_report_takes_each_late_penalty_and_says_why(graded):
     with (folder / "grades_report.csv").open() as f:
         report = {row["student"]: row for row in csv.DictReader(f)}
     assert {s: float(report[s]["score"]) for s in CLASS} == {s: score for s, (_, score) in CLASS.items()}
-    assert float(report["cy"]["late_penalty"]) == 8.0
+    assert float(report["cy"]["late_penalty"]) == 9.0
 
 
 def test_feedback_says_when_it_was_submitted_and_why_points_were_taken(graded):
     folder, _ = graded
     page = {s: (folder / "feedback" / s / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text() for s in CLASS}
     assert "before the due date 2027-02-01 17:00 UTC" in page["ada"] and "No late penalty" in page["ada"]
-    assert "2 started days late" in page["bob"] and "Late penalty: 1.6 points" in page["bob"]
-    assert "more than 7 days late" in page["cy"] and "Late penalty: 8 points" in page["cy"]
+    assert "2 started days late" in page["bob"] and "Late penalty: 1.8 points" in page["bob"]
+    assert "more than 7 days late" in page["cy"] and "Late penalty: 9 points" in page["cy"]
     assert "your extension of 3 d included" in page["dee"] and "No late penalty" in page["dee"]
-    assert "The LMS marked it late" in page["eve"] and "Late penalty: 0.8 points" in page["eve"]
+    assert "The LMS marked it late" in page["eve"] and "Late penalty: 0.9 points" in page["eve"]
 
 
 def test_canvas_export_is_in_canvas_gradebook_import_format(graded):
@@ -112,7 +112,7 @@ def test_canvas_export_is_in_canvas_gradebook_import_format(graded):
     assert rows[0][:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
     assignments = rows[0][5:]
     assert assignments[0] == ASSIGNMENT and len(assignments) == len(set(assignments))
-    assert rows[1][0].strip() == "Points Possible" and rows[1][5] == "8"
+    assert rows[1][0].strip() == "Points Possible" and rows[1][5] == "12"  # 9 automatic, 3 written
     by_id = {row[1]: row for row in rows[2:]}
     assert {s: float(by_id[lms_id(s)][5]) for s in CLASS} == {s: score for s, (_, score) in CLASS.items()}
     assert by_id[lms_id("bob")][:5] == ["Student, Bob", lms_id("bob"), "", "bob", ""]
@@ -130,19 +130,19 @@ def test_the_lms_command_reuses_a_canvas_rosters_identities_and_assignment_heade
     folder, _ = graded
     roster = tmp_path / "canvas_export.csv"
     roster.write_text("Student,ID,SIS User ID,SIS Login ID,Section,batching (777)\n"
-                      "    Points Possible,,,,,8\n"
+                      "    Points Possible,,,,,12\n"
                       + "".join(f'"{s.title()}",{lms_id(s)},SIS-{s},{s},Sec 1,\n' for s in CLASS))
     assert cli.main(["lms", "--course", str(folder), "--roster", str(roster)]) == 0
     rows = read_csv(folder / lms.CANVAS_FILE)
     assert rows[0][5] == f"{ASSIGNMENT} (777)"  # Canvas's own column: the import updates it
     by_id = {row[1]: row for row in rows[2:]}
-    assert by_id[lms_id("bob")][:6] == ["Bob", lms_id("bob"), "SIS-bob", "bob", "Sec 1", "6.4"]
+    assert by_id[lms_id("bob")][:6] == ["Bob", lms_id("bob"), "SIS-bob", "bob", "Sec 1", "7.2"]
 
 
 @pytest.mark.parametrize("percent_per_day, zero_after_days, scores", [
-    (0, None, dict.fromkeys(CLASS, 8.0)),  # no penalty
-    (10, None, {"ada": 8.0, "bob": 6.4, "cy": 0.8, "dee": 8.0, "eve": 7.2}),  # 9 days: 90% taken
-    (0, 2, {"ada": 8.0, "bob": 8.0, "cy": 0.0, "dee": 8.0, "eve": 8.0}),  # zero only after 2 days
+    (0, None, dict.fromkeys(CLASS, 9.0)),  # no penalty
+    (10, None, {"ada": 9.0, "bob": 7.2, "cy": 0.9, "dee": 9.0, "eve": 8.1}),  # 9 days: 90% taken
+    (0, 2, {"ada": 9.0, "bob": 9.0, "cy": 0.0, "dee": 9.0, "eve": 9.0}),  # zero only after 2 days
 ])
 def test_each_policy_through_autogrades_late_penalty_step_and_the_export(graded, percent_per_day,
                                                                         zero_after_days, scores):

@@ -107,3 +107,14 @@ def test_every_lesson_is_practised_by_a_graded_assignment():
             lesson, _ = colab.assignment_facts(ROOT / "source" / assignment / f"{assignment}.ipynb")
             practised |= {int(n) for n in re.findall(r"(?:^|\band |, |with )(\d+) \(", lesson)}
     assert set(range(1, 13)) <= practised, sorted(set(range(1, 13)) - practised)
+
+
+def test_assignments_compute_on_one_thread():
+    """A grading worker has one core: a kernel that sets torch to more threads than that makes the two
+    kernels of a 2-core machine spin on each other's core (number_formats on 2 threads graded 3x slower in
+    parallel than serially). set_num_threads takes 1, or a name the cell binds to 1, or restores `threads`."""
+    for assignment in ASSIGNMENTS:
+        for cell in load_notebook("source", assignment).cells:
+            for arg in re.findall(r"set_num_threads\((\w+)\)", cell.source):
+                ones = arg == "1" or re.search(rf"^{arg} = 1\b", cell.source, re.M)
+                assert ones or arg == "threads", f"{assignment}: set_num_threads({arg})"
